@@ -1,0 +1,152 @@
+// Package wire names the agent's methods and their parameters and results:
+// the contract between the host and kiln-agent, carried by package channel.
+// Imports only the standard library and api.
+package wire
+
+// Method names. Streams carry api.Event values as event frames, and file
+// contents as data frames.
+const (
+	// MethodPing returns Pong; the command round-trip floor.
+	MethodPing = "ping"
+
+	// MethodExec starts a process (ExecParams) and streams its events:
+	// start, stdout/stderr (with seq), exit. Closing the stream detaches;
+	// the process keeps running until it exits or its timeout passes.
+	// Result: api.ExitStatus if it ran to completion while attached.
+	MethodExec = "exec"
+	// MethodAttach re-attaches to a process (AttachParams): buffered events
+	// after AfterSeq are replayed, then live ones follow, as for exec.
+	MethodAttach = "attach"
+	// MethodStdin writes to a process's stdin or closes it (StdinParams).
+	MethodStdin = "stdin"
+	// MethodSignal sends a signal to a process's group (SignalParams).
+	MethodSignal = "signal"
+	// MethodResize changes a PTY's size (ResizeParams).
+	MethodResize = "resize"
+	// MethodProcesses lists processes started through the agent, running
+	// and recently ended. Result: []api.ProcessInfo.
+	MethodProcesses = "processes"
+
+	// MethodStat returns api.FileInfo for PathParams.
+	MethodStat = "stat"
+	// MethodList returns []api.FileInfo for ListParams.
+	MethodList = "list"
+	// MethodMkdir creates a directory and its parents (PathParams), owned
+	// by the user. Result: api.FileInfo.
+	MethodMkdir = "mkdir"
+	// MethodMove renames (MoveParams). Result: api.FileInfo of the target.
+	MethodMove = "move"
+	// MethodRemove removes a file or a directory tree (PathParams).
+	MethodRemove = "remove"
+	// MethodRead streams a file's contents as data frames (PathParams).
+	// Result: api.FileInfo.
+	MethodRead = "read"
+	// MethodWrite receives data frames until the host's end frame and
+	// writes them to a file, creating parents (WriteParams). Result:
+	// api.FileInfo.
+	MethodWrite = "write"
+	// MethodWatch streams file events for a directory (WatchParams) until
+	// the stream is closed.
+	MethodWatch = "watch"
+)
+
+// Users a caller may name; anything else is rejected.
+const (
+	UserDefault = "user" // uid 1000, home /home/user
+	UserRoot    = "root"
+)
+
+// Pong answers MethodPing.
+type Pong struct {
+	Agent string `json:"agent"`
+}
+
+// ExecParams starts a process. Exactly one of Args or Cmd is set: Cmd is a
+// shell string run as `bash -lc Cmd`.
+type ExecParams struct {
+	Args []string          `json:"args,omitempty"`
+	Cmd  string            `json:"cmd,omitempty"`
+	Cwd  string            `json:"cwd,omitempty"` // default: the user's home
+	Env  map[string]string `json:"env,omitempty"`
+	User string            `json:"user,omitempty"` // "user" (default) or "root"
+	Tag  string            `json:"tag,omitempty"`  // caller's label for finding it later
+	// TimeoutMs kills the process and its children after this long; 0
+	// means no timeout (only for background processes the host tracks).
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// OutputLimit caps stdout+stderr bytes delivered; the rest is dropped
+	// and the exit status says Truncated. 0 means the agent's default.
+	OutputLimit int64 `json:"output_limit,omitempty"`
+	// Stdin keeps stdin open for MethodStdin; otherwise it is /dev/null.
+	Stdin bool     `json:"stdin,omitempty"`
+	PTY   *PTYSize `json:"pty,omitempty"` // run on a terminal of this size
+}
+
+// PTYSize is a terminal size.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// AttachParams re-attaches to a running or recently ended process.
+type AttachParams struct {
+	PID      int    `json:"pid"`
+	AfterSeq uint64 `json:"after_seq,omitempty"`
+}
+
+// StdinParams writes Data to a process's stdin, then closes it if Close.
+type StdinParams struct {
+	PID   int    `json:"pid"`
+	Data  []byte `json:"data,omitempty"`
+	Close bool   `json:"close,omitempty"`
+}
+
+// SignalParams sends Signal (e.g. "SIGTERM", "SIGKILL", "SIGINT") to a
+// process and its process group.
+type SignalParams struct {
+	PID    int    `json:"pid"`
+	Signal string `json:"signal"`
+}
+
+// ResizeParams resizes a process's PTY.
+type ResizeParams struct {
+	PID  int     `json:"pid"`
+	Size PTYSize `json:"size"`
+}
+
+// PathParams names one path. Relative paths are relative to the user's
+// home; User decides ownership of what is created and whose permissions
+// apply ("user" by default).
+type PathParams struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+}
+
+// ListParams lists a directory to Depth levels (1 = its entries only).
+type ListParams struct {
+	Path  string `json:"path"`
+	Depth int    `json:"depth,omitempty"`
+	User  string `json:"user,omitempty"`
+}
+
+// MoveParams renames From to To, creating To's parents.
+type MoveParams struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	User string `json:"user,omitempty"`
+}
+
+// WriteParams writes a file from the data frames that follow.
+type WriteParams struct {
+	Path string `json:"path"`
+	User string `json:"user,omitempty"`
+	Mode uint32 `json:"mode,omitempty"` // permission bits; default 0644
+	// Append appends instead of replacing.
+	Append bool `json:"append,omitempty"`
+}
+
+// WatchParams watches a directory, and its subdirectories if Recursive.
+type WatchParams struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+	User      string `json:"user,omitempty"`
+}

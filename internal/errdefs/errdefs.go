@@ -1,0 +1,18 @@
+// Package errdefs defines the small closed set of error classes that Kiln's
+// host-side packages wrap their errors in. The server maps each class to one
+// HTTP status in a single place; everything else uses errors.Is.
+package errdefs
+
+import "errors"
+
+var (
+	ErrNotFound           = errors.New("not found")
+	ErrAlreadyExists      = errors.New("already exists")
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrUnauthenticated    = errors.New("unauthenticated")
+	ErrPermissionDenied   = errors.New("permission denied")
+	ErrUnavailable        = errors.New("unavailable")
+	ErrDeadlineExceeded   = errors.New("deadline exceeded")
+)
