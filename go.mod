@@ -3,6 +3,6 @@ module github.com/kiln-sh/kiln
 go 1.26.8
 
 require (
-	github.com/opencontainers/runtime-spec v1.2.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
+	github.com/opencontainers/runtime-spec v1.2.0
+	golang.org/x/sys v0.49.0
 )

@@ -1,0 +1,139 @@
+// Package config holds the one configuration struct of the kiln binary:
+// defaults, then environment, then flags, then Validate. It is the only
+// package that reads the environment.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// Config configures kiln serve, kiln run and the other subcommands.
+type Config struct {
+	DataDir   string // templates, sandboxes, agent cache (KILN_DATA_DIR)
+	RunDir    string // runtime state roots (KILN_RUN_DIR)
+	Runtime   string // default runtime: runsc or runc (KILN_RUNTIME)
+	RunscPath string // KILN_RUNSC
+	RuncPath  string // KILN_RUNC
+	// RunscPlatform is gVisor's platform: ptrace here (KVM is nested PVM).
+	RunscPlatform string
+	AgentPath     string // kiln-agent binary (KILN_AGENT); default next to kiln
+	Mirror        string // Debian mirror for template builds (KILN_MIRROR)
+
+	Limits Limits
+}
+
+// Limits are the server-wide defaults and ceilings for sandboxes.
+type Limits struct {
+	DefaultCPUs, MaxCPUs               float64
+	DefaultMemoryBytes, MaxMemoryBytes int64
+	DefaultDiskBytes, MaxDiskBytes     int64
+	DefaultPids, MaxPids               int64
+	DefaultCommandTimeout              time.Duration
+	MaxCommandTimeout                  time.Duration
+	DefaultOutputBytes, MaxOutputBytes int64
+}
+
+const (
+	MiB = 1 << 20
+	GiB = 1 << 30
+)
+
+// Default returns the built-in defaults.
+func Default() Config {
+	agent := "kiln-agent"
+	if exe, err := os.Executable(); err == nil {
+		agent = filepath.Join(filepath.Dir(exe), "kiln-agent")
+	}
+	return Config{
+		DataDir:       "/var/lib/kiln",
+		RunDir:        "/run/kiln",
+		Runtime:       "runsc",
+		RunscPath:     "runsc",
+		RuncPath:      "runc",
+		RunscPlatform: "ptrace",
+		AgentPath:     agent,
+		Mirror:        "http://deb.debian.org/debian",
+		Limits: Limits{
+			DefaultCPUs: 1, MaxCPUs: float64(runtime.NumCPU()),
+			DefaultMemoryBytes: 512 * MiB, MaxMemoryBytes: 16 * GiB,
+			DefaultDiskBytes: 1 * GiB, MaxDiskBytes: 64 * GiB,
+			DefaultPids: 512, MaxPids: 32768,
+			DefaultCommandTimeout: 60 * time.Second, MaxCommandTimeout: 24 * time.Hour,
+			DefaultOutputBytes: 16 * MiB, MaxOutputBytes: 1 * GiB,
+		},
+	}
+}
+
+// FromEnv returns the defaults overridden by KILN_* environment variables.
+func FromEnv() Config {
+	c := Default()
+	str := func(dst *string, key string) {
+		if v := os.Getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	str(&c.DataDir, "KILN_DATA_DIR")
+	str(&c.RunDir, "KILN_RUN_DIR")
+	str(&c.Runtime, "KILN_RUNTIME")
+	str(&c.RunscPath, "KILN_RUNSC")
+	str(&c.RuncPath, "KILN_RUNC")
+	str(&c.RunscPlatform, "KILN_RUNSC_PLATFORM")
+	str(&c.AgentPath, "KILN_AGENT")
+	str(&c.Mirror, "KILN_MIRROR")
+	return c
+}
+
+// Env returns an environment variable for the few callers outside config
+// that need client-side settings (KILN_URL, KILN_API_KEY).
+func Env(key string) string { return os.Getenv(key) }
+
+// Validate reports the first setting that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, fmt.Errorf("data dir %q must be absolute", c.DataDir))
+	}
+	if !filepath.IsAbs(c.RunDir) {
+		errs = append(errs, fmt.Errorf("run dir %q must be absolute", c.RunDir))
+	}
+	if c.Runtime != "runsc" && c.Runtime != "runc" {
+		errs = append(errs, fmt.Errorf("runtime %q: want runsc or runc", c.Runtime))
+	}
+	l := c.Limits
+	if l.DefaultCPUs <= 0 || l.DefaultCPUs > l.MaxCPUs {
+		errs = append(errs, fmt.Errorf("default cpus %v outside (0, %v]", l.DefaultCPUs, l.MaxCPUs))
+	}
+	if l.DefaultMemoryBytes < 32*MiB || l.DefaultMemoryBytes > l.MaxMemoryBytes {
+		errs = append(errs, errors.New("default memory must be at least 32 MiB and at most the maximum"))
+	}
+	if l.DefaultDiskBytes < 64*MiB || l.DefaultDiskBytes > l.MaxDiskBytes {
+		errs = append(errs, errors.New("default disk must be at least 64 MiB and at most the maximum"))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseBytes parses a size such as 512M, 2G, 1.5GiB or a plain byte count.
+func ParseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"GiB", GiB}, {"MiB", MiB}, {"KiB", 1 << 10}, {"G", GiB}, {"M", MiB}, {"K", 1 << 10}, {"B", 1}}
+	mult := 1.0
+	for _, u := range units {
+		if len(s) > len(u.suffix) && s[len(s)-len(u.suffix):] == u.suffix {
+			s, mult = s[:len(s)-len(u.suffix)], u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional K, M or G suffix", s)
+	}
+	return int64(f * mult), nil
+}

@@ -1,0 +1,162 @@
+package oci
+
+import (
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// AgentMount is where SpecOptions.AgentDir appears inside the sandbox.
+const AgentMount = "/.kiln"
+
+// DefaultPath is PATH when SpecOptions.Env sets none.
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+const cfsPeriod = 100_000 // µs
+
+// Limits caps a sandbox's resources; zero fields mean unlimited.
+type Limits struct {
+	MemoryBytes int64   // memory limit; swap is disallowed (memsw = limit)
+	CPUs        float64 // CPU bandwidth, in cores
+	Pids        int64   // max tasks (processes + threads)
+}
+
+// SpecOptions describes one sandbox's container.
+type SpecOptions struct {
+	Rootfs         string // absolute path of the root filesystem
+	Args           []string
+	Env            []string // KEY=value; PATH defaults to DefaultPath
+	Cwd            string   // default "/"
+	Hostname       string
+	Limits         Limits
+	CgroupsPath    string // e.g. "/kiln/<id>"
+	AgentDir       string // host dir bind-mounted read-only at AgentMount; optional
+	ReadonlyRootfs bool
+}
+
+// defaultCaps is Docker's default capability set: no SYS_ADMIN (mount),
+// SYS_MODULE, SYS_PTRACE, NET_ADMIN, SYS_TIME, ...
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// NewSpec builds the spec for a sandbox: the process runs as root (it is
+// kiln-agent, PID 1, which drops privileges for user commands) with
+// Docker's default capabilities, no new privileges, fresh pid, ipc, uts,
+// mount and network namespaces (loopback only), cgroup limits and, for
+// runc, a seccomp deny list (gVisor ignores it and filters on its own).
+func NewSpec(o SpecOptions) *specs.Spec {
+	env := o.Env
+	if !hasKey(env, "PATH") {
+		env = append([]string{DefaultPath}, env...)
+	}
+	cwd := o.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	caps := append([]string(nil), defaultCaps...)
+	s := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: append([]string(nil), o.Args...),
+			Env:  env,
+			Cwd:  cwd,
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: nofile(), Soft: nofile()},
+			},
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: o.Rootfs, Readonly: o.ReadonlyRootfs},
+		Hostname: o.Hostname,
+		Mounts:   defaultMounts(),
+		Linux: &specs.Linux{
+			CgroupsPath: o.CgroupsPath,
+			Resources:   resources(o.Limits),
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.NetworkNamespace},
+			},
+			MaskedPaths: []string{
+				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+				"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+				"/proc/sched_debug", "/sys/firmware", "/proc/scsi",
+			},
+			ReadonlyPaths: []string{
+				"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+			},
+			Seccomp: seccompProfile(),
+		},
+	}
+	if o.AgentDir != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: AgentMount, Type: "bind", Source: o.AgentDir,
+			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+	}
+	return s
+}
+
+func resources(l Limits) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if l.MemoryBytes > 0 {
+		limit := l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &limit}
+	}
+	if l.CPUs > 0 {
+		quota, period := int64(l.CPUs*cfsPeriod), uint64(cfsPeriod)
+		r.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+	}
+	if l.Pids > 0 {
+		r.Pids = &specs.LinuxPids{Limit: l.Pids}
+	}
+	return r
+}
+
+// defaultMounts are the mounts `runc spec` emits.
+func defaultMounts() []specs.Mount {
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs",
+			Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts",
+			Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue",
+			Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs",
+			Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}},
+	}
+}
+
+// nofile is the sandbox's open-file limit: 65536, capped at our own hard
+// limit, which the runtime inherits and cannot raise without
+// CAP_SYS_RESOURCE (runc fails the create otherwise).
+func nofile() uint64 {
+	const want = 1 << 16
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err == nil && r.Max < want {
+		return r.Max
+	}
+	return want
+}
+
+func hasKey(env []string, key string) bool {
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,264 @@
+// Package rootfs builds the per-sandbox writable layer: a sparse ext4 image,
+// loop-mounted, carrying the upper and work dirs of an overlay whose lower
+// dir is the read-only template rootfs. The image size caps the sandbox's
+// disk use: filling it gives ENOSPC inside and costs nothing outside.
+//
+// Layout under dir:
+//
+//	disk.img         sparse ext4 image
+//	layer/           its mount point (upper/, work/)
+//	rootfs/          the overlay mount, the sandbox's root filesystem
+package rootfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+const (
+	imageName  = "disk.img"
+	layerName  = "layer"
+	rootfsName = "rootfs"
+
+	// MinSize is the smallest layer accepted; ext4 needs room for metadata.
+	MinSize = 16 << 20
+)
+
+// Layer is a mounted writable layer.
+type Layer struct {
+	dir string
+}
+
+// Dir is the directory holding the layer.
+func (l *Layer) Dir() string { return l.dir }
+
+// Rootfs is the overlay mount point to use as the bundle's root.
+func (l *Layer) Rootfs() string { return filepath.Join(l.dir, rootfsName) }
+
+// Mount creates dir and mounts a writable layer of size bytes over lower.
+// On failure everything made so far is unwound.
+func Mount(ctx context.Context, lower, dir string, size int64) (l *Layer, err error) {
+	if size < MinSize {
+		return nil, fmt.Errorf("layer size %d below %d: %w", size, MinSize, errdefs.ErrInvalidArgument)
+	}
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving dir: %w", err)
+	}
+	if fi, err := os.Stat(lower); err != nil {
+		return nil, fmt.Errorf("checking lower dir: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("lower %s is not a directory: %w", lower, errdefs.ErrInvalidArgument)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("creating layer dir: %w", errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("creating layer dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			// Detached: unwinding must finish even if ctx is what failed us.
+			_ = Unmount(context.WithoutCancel(ctx), dir)
+		}
+	}()
+
+	image := filepath.Join(dir, imageName)
+	if err := makeImage(ctx, image, size); err != nil {
+		return nil, err
+	}
+	layer := filepath.Join(dir, layerName)
+	if err := mountImage(image, layer); err != nil {
+		return nil, err
+	}
+	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", filepath.Base(d), err)
+		}
+	}
+	root := filepath.Join(dir, rootfsName)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return nil, fmt.Errorf("creating rootfs dir: %w", err)
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return nil, fmt.Errorf("mounting overlay: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mounting layer: %w", err)
+	}
+	return &Layer{dir: dir}, nil
+}
+
+// makeImage creates a sparse ext4 image: no journal (the layer is scratch
+// space, thrown away on crash) and no reserved blocks, so size is what the
+// sandbox gets.
+func makeImage(ctx context.Context, image string, size int64) error {
+	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating image: %w", err)
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sizing image: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
+		"-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", image)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("formatting image: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func mountImage(image, target string) error {
+	if err := os.Mkdir(target, 0o755); err != nil {
+		return fmt.Errorf("creating layer mount point: %w", err)
+	}
+	dev, err := attachLoop(image)
+	if err != nil {
+		return err
+	}
+	// After the mount succeeds the mount holds the device; closing ours lets
+	// autoclear detach it on unmount. On failure closing detaches it now.
+	defer dev.Close()
+	if err := unix.Mount(dev.Name(), target, "ext4", unix.MS_NOATIME, ""); err != nil {
+		return fmt.Errorf("mounting image: %w", err)
+	}
+	return nil
+}
+
+// Unmount tears down whatever Mount left under dir, even partially or after
+// a crash: every mount at or below dir (deepest first), every loop device
+// backed by dir's image, then dir itself. A missing dir is not an error.
+func Unmount(ctx context.Context, dir string) error {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("resolving dir: %w", err)
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	mounts, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range mounts { // deepest first
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("unmounting layer: %w", err)
+		}
+		if err := unix.Unmount(m, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			// Busy: detach lazily so the tree goes away once released.
+			if err2 := unix.Unmount(m, unix.MNT_DETACH); err2 != nil && !errors.Is(err2, unix.EINVAL) {
+				errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+			}
+		}
+	}
+	devs, err := loopsFor(filepath.Join(dir, imageName))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("listing loop devices: %w", err))
+	}
+	for _, d := range devs {
+		if err := detachLoop(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Never RemoveAll through a live mount: it would write whiteouts or
+	// worse, delete files of whatever is still mounted there.
+	if left, err := mountsUnder(dir); err != nil {
+		return err
+	} else if len(left) > 0 {
+		return fmt.Errorf("removing layer dir: still mounted: %s: %w", strings.Join(left, ", "), errdefs.ErrFailedPrecondition)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing layer dir: %w", err)
+	}
+	return nil
+}
+
+// Usage reports the bytes used and available in total on the layer.
+func Usage(dir string) (used, total int64, err error) {
+	layer := filepath.Join(dir, layerName)
+	var st, parent unix.Stat_t
+	if err := unix.Stat(layer, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, 0, fmt.Errorf("statting layer: %w", errdefs.ErrNotFound)
+		}
+		return 0, 0, fmt.Errorf("statting layer: %w", err)
+	}
+	if err := unix.Stat(dir, &parent); err != nil {
+		return 0, 0, fmt.Errorf("statting layer dir: %w", err)
+	}
+	if st.Dev == parent.Dev {
+		return 0, 0, fmt.Errorf("layer not mounted: %w", errdefs.ErrNotFound)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(layer, &fs); err != nil {
+		return 0, 0, fmt.Errorf("statting layer fs: %w", err)
+	}
+	bs := int64(fs.Bsize)
+	return int64(fs.Blocks-fs.Bfree) * bs, int64(fs.Blocks) * bs, nil
+}
+
+// mountsUnder lists mount points at or below dir, deepest (latest) first.
+func mountsUnder(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mountinfo: %w", err)
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	// mountinfo lists in mount order; children come after their parents.
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+// unescape decodes mountinfo's octal escapes (\040 for space etc.).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

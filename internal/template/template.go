@@ -1,0 +1,157 @@
+// Package template builds and finds sandbox templates: a read-only root
+// filesystem plus the defaults sandboxes made from it start with. Built
+// templates are cached under the data dir by the hash of their recipe, so a
+// template is rebuilt only when its recipe changes, and a rebuild never
+// touches a root filesystem that running sandboxes use.
+package template
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// Recipe says how to build a template's root filesystem.
+type Recipe struct {
+	Name     string   `json:"name"`
+	Suite    string   `json:"suite"`   // Debian release, e.g. bookworm
+	Variant  string   `json:"variant"` // debootstrap variant, e.g. minbase
+	Include  []string `json:"include"` // packages debootstrap installs
+	Packages []string `json:"packages,omitempty"`
+	// Steps are shell commands run in the new root (chroot) after the
+	// packages are installed.
+	Steps    []string `json:"steps,omitempty"`
+	Defaults Defaults `json:"defaults"`
+}
+
+// Defaults are what a sandbox made from the template starts with unless
+// its creator says otherwise.
+type Defaults struct {
+	User    string            `json:"user"`
+	Workdir string            `json:"workdir"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Limits, in the units of sandbox.Limits; zero means the server's default.
+	CPUs        float64 `json:"cpus,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+}
+
+// builderVersion changes when the build procedure itself changes in a way
+// that must invalidate every cached template.
+const builderVersion = 1
+
+// Hash identifies the recipe's output.
+func (r *Recipe) Hash() string {
+	b, _ := json.Marshal(struct {
+		V int
+		R *Recipe
+	}{builderVersion, r})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ValidName reports whether s can name a template.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// userSteps create the unprivileged user every template has: uid 1000,
+// home /home/user, and the mount point for the agent.
+var userSteps = []string{
+	"id -u user >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash user",
+	"mkdir -p /.kiln /home/user && chown user:user /home/user && chmod 1777 /tmp",
+	"rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/*",
+}
+
+// Base is the recipe of the default template.
+func Base() *Recipe {
+	return &Recipe{
+		Name:    "base",
+		Suite:   "bookworm",
+		Variant: "minbase",
+		Include: []string{"bash", "coreutils", "python3", "ca-certificates", "git", "procps"},
+		Steps:   userSteps,
+		Defaults: Defaults{
+			User:    "user",
+			Workdir: "/home/user",
+			Env:     map[string]string{"LANG": "C.UTF-8"},
+		},
+	}
+}
+
+// Builtin returns the built-in recipes by name.
+func Builtin() map[string]*Recipe {
+	b := Base()
+	return map[string]*Recipe{b.Name: b}
+}
+
+// Template is a built template, ready to make sandboxes from.
+type Template struct {
+	Name     string   `json:"name"`
+	Hash     string   `json:"hash"`
+	Rootfs   string   `json:"-"`
+	Defaults Defaults `json:"defaults"`
+}
+
+// manifest is written next to a finished rootfs; its presence marks the
+// build complete.
+const manifestName = "template.json"
+
+// Dir is where templates live under a data dir.
+func Dir(dataDir string) string { return filepath.Join(dataDir, "templates") }
+
+// Lookup finds the current build of the named template.
+func Lookup(dataDir, name string) (*Template, error) {
+	if !ValidName(name) {
+		return nil, fmt.Errorf("template name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Join(Dir(dataDir), name, "current"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("template %q: %w (build it with `kiln template build %s`)", name, errdefs.ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolving template %q: %w", name, err)
+	}
+	return readBuild(dir)
+}
+
+func readBuild(dir string) (*Template, error) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return nil, fmt.Errorf("reading template manifest: %w", err)
+	}
+	var t Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("decoding template manifest %s: %w", dir, err)
+	}
+	t.Rootfs = filepath.Join(dir, "rootfs")
+	return &t, nil
+}
+
+// List returns the templates that have a current build.
+func List(dataDir string) ([]*Template, error) {
+	ents, err := os.ReadDir(Dir(dataDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing templates: %w", err)
+	}
+	var ts []*Template
+	for _, e := range ents {
+		if t, err := Lookup(dataDir, e.Name()); err == nil {
+			ts = append(ts, t)
+		}
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	return ts, nil
+}
