@@ -1,0 +1,41 @@
+# Kiln: `make run` sets up and starts the server; `make test` runs every test.
+# Both install what they need (apt packages, the base template) idempotently.
+
+export PATH := /usr/local/go/bin:$(PATH)
+export GOTOOLCHAIN ?= auto
+GO ?= go
+KILN_DATA_DIR ?= /var/lib/kiln
+export KILN_DATA_DIR
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: setup deps build run test bench clean
+
+## deps: install system packages (runsc, runc, debootstrap, ...) if missing
+deps:
+	@scripts/setup-deps.sh
+
+## build: bin/kiln and the static bin/kiln-agent
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln-agent ./cmd/kiln-agent
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
+
+## setup: deps, build, and the cached base template
+setup: deps build
+	bin/kiln template build
+
+## run: set up, then start kiln serve
+run: setup
+	bin/kiln serve
+
+## test: set up, then run the whole test suite (root-only tests need root)
+test: setup
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
+
+## bench: benchmarks, results in docs/benchmarks.md
+bench: setup
+	bin/kiln bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,76 @@
+// Command kiln is Kiln's one binary: the server, the CLI and the tools.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kiln-sh/kiln/internal/config"
+)
+
+const usage = `kiln: self-hosted sandboxes for AI agents
+
+Usage:
+  kiln run [flags] -- COMMAND [ARG...]   run a command in a fresh sandbox, then destroy it
+  kiln run [flags] SCRIPT                run a script file (.py, .sh, ...) the same way
+  kiln template build [NAME...]          build (or check) templates; default: all built-ins
+  kiln template ls                       list built templates
+  kiln bench [flags]                     measure sandbox latency and memory (docs/benchmarks.md)
+  kiln version                           print the version
+
+Run 'kiln COMMAND -h' for a command's flags. Environment: KILN_DATA_DIR
+(default /var/lib/kiln), KILN_RUNTIME (runsc or runc), KILN_AGENT.
+`
+
+// version is set by the build (-ldflags "-X main.version=...").
+var version = "dev"
+
+// exitError carries a process exit code out of a subcommand.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	var ee exitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	default:
+		fmt.Fprintln(os.Stderr, "kiln:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return exitError{2}
+	}
+	cfg := config.FromEnv()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	switch args[0] {
+	case "run":
+		return runCmd(ctx, cfg, log, args[1:])
+	case "bench":
+		return benchCmd(ctx, cfg, log, args[1:])
+	case "template":
+		return templateCmd(ctx, cfg, args[1:])
+	case "version", "--version":
+		fmt.Println("kiln", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprintf(os.Stderr, "kiln: unknown command %q\n\n%s", args[0], usage)
+	return exitError{2}
+}

@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// targets are issue #2's goals on these 2-core machines.
+var targets = map[string]struct{ create, exec time.Duration }{
+	"runsc": {250 * time.Millisecond, 15 * time.Millisecond},
+	"runc":  {100 * time.Millisecond, 5 * time.Millisecond},
+}
+
+// WriteMarkdown writes the results as the body of docs/benchmarks.md.
+func (r *Result) WriteMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "# Benchmarks\n\nWritten by `kiln bench` (`make bench`) on %s.\nHost: %s.\n", r.When.Format(time.RFC3339), r.Host)
+	fmt.Fprintf(w, "Numbers from one run on a shared, noisy VM; compare runs on the same machine only.\n\n")
+	fmt.Fprintf(w, "## Sandbox start and command latency\n\n")
+	fmt.Fprintf(w, "| runtime | create → first `true` p50 | p99 | target p50 | `true` round trip p50 | p99 | target p50 | agent ping p50 | idle PSS / sandbox | idle cgroup RSS |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, rr := range r.Runtimes {
+		t := targets[rr.Runtime]
+		fmt.Fprintf(w, "| %s | %s | %s | ≤ %s | %s | %s | ≤ %s | %s | %.1f MiB | %.1f MiB |\n", rr.Runtime,
+			ms(rr.Create.P50), ms(rr.Create.P99), ms(t.create), ms(rr.Exec.P50), ms(rr.Exec.P99), ms(t.exec),
+			ms(rr.Ping.P50), float64(rr.IdlePSS)/(1<<20), float64(rr.IdleCgroup)/(1<<20))
+	}
+	if r.Floor.N > 0 {
+		fmt.Fprintf(w, "| bubblewrap `true` (floor) | %s | %s | | | | | | | |\n", ms(r.Floor.P50), ms(r.Floor.P99))
+	}
+	fmt.Fprintf(w, "\nSamples: ")
+	for _, rr := range r.Runtimes {
+		fmt.Fprintf(w, "%s %d creates, %d round trips; ", rr.Runtime, rr.Create.N, rr.Exec.N)
+	}
+	fmt.Fprintf(w, "floor %d runs.\n\n", r.Floor.N)
+	fmt.Fprintf(w, "- *create → first `true`*: `Manager.Create` (layer mount, bundle, runtime create+start, agent handshake) plus one command, as a user of `kiln run` feels it.\n")
+	fmt.Fprintf(w, "- *round trip*: exec of `/bin/true` through the channel on a warm sandbox, start to exit event.\n")
+	fmt.Fprintf(w, "- *agent ping*: the channel alone, no process.\n")
+	fmt.Fprintf(w, "- *idle PSS*: proportional set size of all host processes in the sandbox's cgroup (for runsc: sentry and gofer, so gVisor's own overhead is included); shared pages are split fairly across sandboxes.\n")
+	fmt.Fprintf(w, "- *channel micro-benchmark*: `go test -bench . ./internal/agent/channel` (pipe round trip without a sandbox).\n")
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}

@@ -1,0 +1,234 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// Agent is the host's typed client of one sandbox's kiln-agent. What the
+// agent sends is untrusted: frames are size-limited by the channel, and
+// decoding errors end the call.
+type Agent struct {
+	conn *channel.Conn
+}
+
+// Ping round-trips an empty call.
+func (a *Agent) Ping(ctx context.Context) error {
+	var p wire.Pong
+	return a.invoke(ctx, wire.MethodPing, struct{}{}, &p)
+}
+
+// Exec starts a process and streams its events to emit until it exits,
+// ctx is done (the process is detached, not killed) or emit fails.
+func (a *Agent) Exec(ctx context.Context, p wire.ExecParams, emit func(api.Event) error) (*api.ExitStatus, error) {
+	return a.follow(ctx, wire.MethodExec, p, emit)
+}
+
+// Attach re-attaches to a process, replaying its buffered events after
+// p.AfterSeq, then following it as Exec does.
+func (a *Agent) Attach(ctx context.Context, p wire.AttachParams, emit func(api.Event) error) (*api.ExitStatus, error) {
+	return a.follow(ctx, wire.MethodAttach, p, emit)
+}
+
+func (a *Agent) follow(ctx context.Context, method string, params any, emit func(api.Event) error) (*api.ExitStatus, error) {
+	st, err := a.conn.Call(ctx, method, params)
+	if err != nil {
+		return nil, agentError(err)
+	}
+	defer st.Close()
+	var exit *api.ExitStatus
+	for {
+		f, err := st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, agentError(err)
+		}
+		var ev api.Event
+		if err := json.Unmarshal(f.Payload, &ev); err != nil {
+			return nil, fmt.Errorf("decoding agent event: %w", err)
+		}
+		if ev.Type == api.EventExit && ev.Exit != nil {
+			exit = ev.Exit
+		}
+		if err := emit(ev); err != nil {
+			return nil, err
+		}
+	}
+	if exit == nil {
+		var res api.ExitStatus
+		if err := st.Wait(ctx, &res); err != nil {
+			return nil, agentError(err)
+		}
+		exit = &res
+	}
+	return exit, nil
+}
+
+// Stdin writes to a process's stdin, or closes it.
+func (a *Agent) Stdin(ctx context.Context, p wire.StdinParams) error {
+	return a.invoke(ctx, wire.MethodStdin, p, nil)
+}
+
+// Signal signals a process and its group.
+func (a *Agent) Signal(ctx context.Context, p wire.SignalParams) error {
+	return a.invoke(ctx, wire.MethodSignal, p, nil)
+}
+
+// Resize resizes a process's terminal.
+func (a *Agent) Resize(ctx context.Context, p wire.ResizeParams) error {
+	return a.invoke(ctx, wire.MethodResize, p, nil)
+}
+
+// Processes lists the processes started through the agent.
+func (a *Agent) Processes(ctx context.Context) ([]api.ProcessInfo, error) {
+	var ps []api.ProcessInfo
+	return ps, a.invoke(ctx, wire.MethodProcesses, struct{}{}, &ps)
+}
+
+// Stat describes a path.
+func (a *Agent) Stat(ctx context.Context, p wire.PathParams) (api.FileInfo, error) {
+	var fi api.FileInfo
+	return fi, a.invoke(ctx, wire.MethodStat, p, &fi)
+}
+
+// List lists a directory.
+func (a *Agent) List(ctx context.Context, p wire.ListParams) ([]api.FileInfo, error) {
+	var fis []api.FileInfo
+	return fis, a.invoke(ctx, wire.MethodList, p, &fis)
+}
+
+// Mkdir creates a directory and its parents.
+func (a *Agent) Mkdir(ctx context.Context, p wire.PathParams) (api.FileInfo, error) {
+	var fi api.FileInfo
+	return fi, a.invoke(ctx, wire.MethodMkdir, p, &fi)
+}
+
+// Move renames a path.
+func (a *Agent) Move(ctx context.Context, p wire.MoveParams) (api.FileInfo, error) {
+	var fi api.FileInfo
+	return fi, a.invoke(ctx, wire.MethodMove, p, &fi)
+}
+
+// Remove removes a path, recursively.
+func (a *Agent) Remove(ctx context.Context, p wire.PathParams) error {
+	return a.invoke(ctx, wire.MethodRemove, p, nil)
+}
+
+// ReadFile streams a file's contents to w.
+func (a *Agent) ReadFile(ctx context.Context, p wire.PathParams, w io.Writer) (api.FileInfo, error) {
+	var fi api.FileInfo
+	st, err := a.conn.Call(ctx, wire.MethodRead, p)
+	if err != nil {
+		return fi, agentError(err)
+	}
+	defer st.Close()
+	for {
+		f, err := st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fi, agentError(err)
+		}
+		if f.Type != channel.FrameData {
+			continue
+		}
+		if _, err := w.Write(f.Payload); err != nil {
+			return fi, fmt.Errorf("writing file contents: %w", err)
+		}
+	}
+	return fi, agentError(st.Wait(ctx, &fi))
+}
+
+// WriteFile streams r into a file, creating its parents.
+func (a *Agent) WriteFile(ctx context.Context, p wire.WriteParams, r io.Reader) (api.FileInfo, error) {
+	var fi api.FileInfo
+	st, err := a.conn.Call(ctx, wire.MethodWrite, p)
+	if err != nil {
+		return fi, agentError(err)
+	}
+	defer st.Close()
+	buf := make([]byte, channel.MaxPayload)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if err := st.SendData(ctx, buf[:n]); err != nil {
+				// The agent may have ended the call early (e.g. disk
+				// full): prefer its error.
+				if werr := st.Wait(ctx, &fi); werr != nil {
+					return fi, agentError(werr)
+				}
+				return fi, agentError(err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return fi, fmt.Errorf("reading upload: %w", rerr)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		return fi, agentError(err)
+	}
+	return fi, agentError(st.Wait(ctx, &fi))
+}
+
+// Watch streams file events under a directory until ctx is done or emit
+// fails.
+func (a *Agent) Watch(ctx context.Context, p wire.WatchParams, emit func(api.Event) error) error {
+	_, err := a.follow(ctx, wire.MethodWatch, p, emit)
+	return err
+}
+
+func (a *Agent) invoke(ctx context.Context, method string, params, result any) error {
+	return agentError(a.conn.Invoke(ctx, method, params, result))
+}
+
+// agentError classifies an agent's error into errdefs, keeping its
+// message for the client.
+func agentError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%s: %w", ae.Message, codeClass(ae.Code))
+	}
+	if errors.Is(err, channel.ErrSessionClosed) {
+		return fmt.Errorf("sandbox agent: %w: %w", errdefs.ErrUnavailable, err)
+	}
+	return err
+}
+
+func codeClass(c api.ErrorCode) error {
+	switch c {
+	case api.CodeInvalidArgument:
+		return errdefs.ErrInvalidArgument
+	case api.CodeNotFound:
+		return errdefs.ErrNotFound
+	case api.CodeAlreadyExists:
+		return errdefs.ErrAlreadyExists
+	case api.CodeFailedPrecondition:
+		return errdefs.ErrFailedPrecondition
+	case api.CodeResourceExhausted:
+		return errdefs.ErrResourceExhausted
+	case api.CodePermissionDenied:
+		return errdefs.ErrPermissionDenied
+	case api.CodeUnavailable:
+		return errdefs.ErrUnavailable
+	case api.CodeDeadlineExceeded:
+		return errdefs.ErrDeadlineExceeded
+	}
+	return errors.New("agent internal error")
+}

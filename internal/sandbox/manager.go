@@ -1,0 +1,524 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/rootfs"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Files in a sandbox's state dir.
+const (
+	recordFile = "sandbox.json"
+	stdinFIFO  = "agent.in"
+	stdoutFIFO = "agent.out"
+	agentLog   = "agent.log"
+	layerDir   = "layer"
+)
+
+// agentBinary is the agent's path inside the sandbox.
+const agentBinary = oci.AgentMount + "/kiln-agent"
+
+// connectTimeout bounds the wait for a new agent's handshake.
+const connectTimeout = 15 * time.Second
+
+// Config configures a Manager.
+type Config struct {
+	config.Config
+	// StateDir holds one directory per sandbox. kiln serve uses
+	// DataDir/sandboxes; one-shot users (kiln run, tests) use their own so
+	// they never touch the server's sandboxes.
+	StateDir string
+	// Adopt re-adopts the sandboxes found in StateDir when the Manager
+	// starts (after a restart of kiln serve) and cleans up dead ones.
+	Adopt bool
+}
+
+// Manager creates, tracks and destroys the sandboxes of one host.
+type Manager struct {
+	cfg      Config
+	log      *slog.Logger
+	runtimes map[string]oci.Runtime
+	agentDir string
+
+	mu    sync.Mutex
+	boxes map[ID]*box
+}
+
+// box is the live state of one sandbox.
+type box struct {
+	mu   sync.Mutex // serialises lifecycle changes of this sandbox
+	rec  Sandbox
+	dir  string
+	conn *channel.Conn
+}
+
+// NewManager prepares the state dir and the agent binary and, if
+// cfg.Adopt, re-adopts the sandboxes a previous process left running.
+func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime, log *slog.Logger) (*Manager, error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(cfg.DataDir, "sandboxes")
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	if _, ok := runtimes[cfg.Runtime]; !ok {
+		return nil, fmt.Errorf("default runtime %q is not configured", cfg.Runtime)
+	}
+	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box)}
+	if err := becomeSubreaper(); err != nil {
+		log.Warn("cannot become child subreaper; destroying runsc sandboxes will be slow", "err", err)
+	}
+	var err error
+	if m.agentDir, err = installAgent(cfg.AgentPath, cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if cfg.Adopt {
+		m.adopt(ctx)
+	}
+	return m, nil
+}
+
+// installAgent copies the agent binary into DataDir/agent/<hash>/, so the
+// bind mount of every sandbox keeps pointing at the same bytes even when
+// the binary is rebuilt or kiln is upgraded.
+func installAgent(src, dataDir string) (string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("reading agent binary (set KILN_AGENT): %w", err)
+	}
+	sum := sha256.Sum256(b)
+	dir := filepath.Join(dataDir, "agent", hex.EncodeToString(sum[:8]))
+	dst := filepath.Join(dir, "kiln-agent")
+	if _, err := os.Stat(dst); err == nil {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating agent dir: %w", err)
+	}
+	tmp := dst + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return "", fmt.Errorf("installing agent: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return "", fmt.Errorf("installing agent: %w", err)
+	}
+	return dir, nil
+}
+
+// Create makes a sandbox and waits until its agent answers. A failure at
+// any step unwinds everything made before it.
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
+	if opts.Template == "" {
+		opts.Template = "base"
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = m.cfg.Runtime
+	}
+	rt, ok := m.runtimes[opts.Runtime]
+	if !ok {
+		return Sandbox{}, fmt.Errorf("runtime %q: %w (want one of %s)", opts.Runtime, errdefs.ErrInvalidArgument, strings.Join(slices.Sorted(maps.Keys(m.runtimes)), ", "))
+	}
+	if err := validateVars("env", opts.Env, true); err != nil {
+		return Sandbox{}, err
+	}
+	if err := validateVars("metadata", opts.Metadata, false); err != nil {
+		return Sandbox{}, err
+	}
+	tmpl, err := template.Lookup(m.cfg.DataDir, opts.Template)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	d := tmpl.Defaults
+	limits, err := limitsFor(opts.Limits, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	env := maps.Clone(d.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, opts.Env)
+
+	id := NewID()
+	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
+		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
+		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
+		Metadata: opts.Metadata, CreatedAt: time.Now().UTC(),
+	}}
+	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
+
+	var undo []func(context.Context) error
+	defer func() {
+		if err == nil {
+			return
+		}
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			if uerr := undo[i](uctx); uerr != nil {
+				log.Error("unwinding failed create", "err", uerr)
+			}
+		}
+		m.mu.Lock()
+		delete(m.boxes, id)
+		m.mu.Unlock()
+	}()
+	m.mu.Lock()
+	m.boxes[id] = b
+	m.mu.Unlock()
+
+	if err := os.Mkdir(b.dir, 0o700); err != nil {
+		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
+	}
+	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
+	if err := b.save(); err != nil {
+		return Sandbox{}, err
+	}
+	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("mounting writable layer: %w", err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
+
+	bundle := &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
+		Rootfs:      layer.Rootfs(),
+		Args:        []string{agentBinary},
+		Env:         m.agentEnv(b.rec),
+		Cwd:         "/",
+		Hostname:    id.String(),
+		Limits:      m.runtimeLimits(rt.Name(), limits),
+		CgroupsPath: cgroupsPath(id),
+		AgentDir:    m.agentDir,
+	})}
+	if err := bundle.Write(); err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.start(ctx, rt, id, bundle); err != nil {
+		undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id) })
+		return Sandbox{}, err
+	}
+	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id) })
+
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := connect(cctx, b.dir)
+	if err != nil {
+		return Sandbox{}, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
+	}
+	undo = append(undo, func(context.Context) error { return conn.Close() })
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.transition(StateRunning, ""); err != nil {
+		return Sandbox{}, err
+	}
+	b.conn = conn
+	go m.watch(b, conn)
+	log.Info("sandbox created", "template", tmpl.Name)
+	return b.rec, nil
+}
+
+// start creates and starts the container with the agent's stdio on two
+// FIFOs in the sandbox dir. The container holds both read-write, so it
+// never sees EOF or EPIPE while kiln serve restarts; we re-open them by
+// path.
+func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, name := range []string{stdinFIFO, stdoutFIFO} {
+		p := filepath.Join(b.Dir, name)
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			return fmt.Errorf("creating agent fifo: %w", err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("opening agent fifo: %w", err)
+		}
+		files = append(files, f)
+	}
+	logf, err := os.OpenFile(filepath.Join(b.Dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("opening agent log: %w", err)
+	}
+	files = append(files, logf)
+	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: logf}); err != nil {
+		return fmt.Errorf("creating container: %w", err)
+	}
+	if err := rt.Start(ctx, id.String()); err != nil {
+		return fmt.Errorf("starting container: %w", err)
+	}
+	return nil
+}
+
+// connect opens a new channel session on a sandbox's agent FIFOs.
+func connect(ctx context.Context, dir string) (*channel.Conn, error) {
+	// Non-blocking opens: the read end succeeds at once, and the write end
+	// fails with ENXIO instead of hanging if the agent is gone.
+	out, err := os.OpenFile(filepath.Join(dir, stdoutFIFO), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening agent output: %w", err)
+	}
+	in, err := os.OpenFile(filepath.Join(dir, stdinFIFO), os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		out.Close()
+		return nil, fmt.Errorf("opening agent input: %w", err)
+	}
+	return channel.Connect(ctx, out, in)
+}
+
+// agentEnv is the agent's environment: its own settings (KILN_*, which it
+// strips from what commands see) and the sandbox's env for commands.
+func (m *Manager) agentEnv(s Sandbox) []string {
+	env := []string{
+		"KILN_SANDBOX_ID=" + s.ID.String(),
+		"KILN_MEMORY_LIMIT=" + strconv.FormatInt(s.Limits.MemoryBytes, 10),
+		"KILN_OUTPUT_LIMIT=" + strconv.FormatInt(m.cfg.Limits.DefaultOutputBytes, 10),
+	}
+	if s.Runtime == "runsc" {
+		env = append(env, "KILN_OOM_GUARD=1")
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		env = append(env, k+"="+s.Env[k])
+	}
+	return env
+}
+
+// runtimeLimits are the cgroup limits given to the runtime. gVisor's
+// sentry and gofer live in the sandbox's cgroup too, so runsc gets
+// headroom above the sandbox's memory; the agent's OOM guard enforces the
+// sandbox's own limit inside, so the host limit is only a backstop.
+func (m *Manager) runtimeLimits(runtime string, l Limits) oci.Limits {
+	mem := l.MemoryBytes
+	if runtime == "runsc" {
+		mem += mem/4 + 128*config.MiB
+	}
+	return oci.Limits{MemoryBytes: mem, CPUs: l.CPUs, Pids: l.Pids}
+}
+
+func cgroupsPath(id ID) string { return "/kiln/" + id.String() }
+
+// agentLogTail returns the end of the agent's log, for error messages.
+func agentLogTail(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, agentLog))
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	if len(b) > 512 {
+		b = b[len(b)-512:]
+	}
+	return " (agent log: " + strings.TrimSpace(string(b)) + ")"
+}
+
+// watch marks a sandbox failed, and frees its resources, when its agent
+// channel ends without a kill: the sandbox died (e.g. its sentry was
+// OOM-killed on the host).
+func (m *Manager) watch(b *box, conn *channel.Conn) {
+	<-conn.Done()
+	b.mu.Lock()
+	if b.conn != conn || b.rec.State != StateRunning {
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	reason := "sandbox exited unexpectedly"
+	if err := conn.Err(); err != nil && !errors.Is(err, io.EOF) {
+		reason += ": " + err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.destroy(ctx, b.rec.ID, StateFailed, reason); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		m.log.Error("cleaning up dead sandbox", "sandbox_id", b.rec.ID, "err", err)
+	}
+}
+
+// Get returns a sandbox's record.
+func (m *Manager) Get(id ID) (Sandbox, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rec, nil
+}
+
+// List returns every sandbox this Manager knows, oldest first.
+func (m *Manager) List() []Sandbox {
+	m.mu.Lock()
+	boxes := slices.Collect(maps.Values(m.boxes))
+	m.mu.Unlock()
+	out := make([]Sandbox, 0, len(boxes))
+	for _, b := range boxes {
+		b.mu.Lock()
+		out = append(out, b.rec)
+		b.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out
+}
+
+func (m *Manager) box(id ID) (*box, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.boxes[id]
+	if !ok {
+		return nil, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return b, nil
+}
+
+// Agent returns the client of a running sandbox's agent.
+func (m *Manager) Agent(id ID) (*Agent, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StateRunning || b.conn == nil {
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	return &Agent{conn: b.conn}, nil
+}
+
+// Kill destroys a sandbox: its processes, container, layer and files.
+func (m *Manager) Kill(ctx context.Context, id ID) error {
+	return m.destroy(ctx, id, StateStopped, "killed")
+}
+
+// destroy moves a sandbox through stopping to final, removing everything
+// it has on the host.
+func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string) error {
+	b, err := m.box(id)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// A sandbox whose earlier destroy failed may be destroyed again.
+	if b.rec.State != StateFailed {
+		if err := b.transition(StateStopping, reason); err != nil {
+			return err
+		}
+	} else if final == StateStopped {
+		final = StateFailed
+	}
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+	rt := m.runtimes[b.rec.Runtime]
+	var errs []error
+	if rt != nil {
+		errs = append(errs, deleteContainer(ctx, rt, id))
+	}
+	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
+	if err := errors.Join(errs...); err != nil {
+		_ = b.transition(StateFailed, "destroying: "+err.Error())
+		return fmt.Errorf("destroying sandbox %s: %w", id, err)
+	}
+	if err := os.RemoveAll(b.dir); err != nil {
+		return fmt.Errorf("removing sandbox dir: %w", err)
+	}
+	if b.rec.State != final {
+		if err := b.transition(final, reason); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	delete(m.boxes, id)
+	m.mu.Unlock()
+	m.log.Info("sandbox destroyed", "sandbox_id", id, "state", final, "reason", reason)
+	return nil
+}
+
+// Close releases the Manager's channels and forgets its sandboxes; they
+// keep running and a later Manager with Adopt re-adopts them.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	boxes := m.boxes
+	m.boxes = make(map[ID]*box)
+	m.mu.Unlock()
+	for _, b := range boxes {
+		b.mu.Lock()
+		if b.conn != nil {
+			b.conn.Close()
+			b.conn = nil
+		}
+		b.mu.Unlock()
+	}
+}
+
+// transition changes state and persists the record. Callers hold b.mu.
+func (b *box) transition(to State, reason string) error {
+	if err := checkTransition(b.rec.State, to); err != nil {
+		return err
+	}
+	b.rec.State = to
+	if reason != "" {
+		b.rec.Reason = reason
+	}
+	if to.Terminal() {
+		return nil // the directory goes away with the sandbox
+	}
+	return b.save()
+}
+
+// save writes the record atomically into the sandbox dir.
+func (b *box) save() error {
+	data, err := json.MarshalIndent(b.rec, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(b.dir, recordFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("writing sandbox record: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(b.dir, recordFile)); err != nil {
+		return fmt.Errorf("writing sandbox record: %w", err)
+	}
+	return nil
+}
+
+// validateVars checks env or metadata maps from callers.
+func validateVars(what string, vars map[string]string, envName bool) error {
+	if len(vars) > 256 {
+		return fmt.Errorf("%s: more than 256 entries: %w", what, errdefs.ErrInvalidArgument)
+	}
+	for k, v := range vars {
+		switch {
+		case k == "" || len(k) > 256 || len(v) > 32<<10:
+			return fmt.Errorf("%s %q: key must be 1-256 bytes and value at most 32 KiB: %w", what, k, errdefs.ErrInvalidArgument)
+		case strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0):
+			return fmt.Errorf("%s %q: keys may not contain '=' or NUL, values not NUL: %w", what, k, errdefs.ErrInvalidArgument)
+		case envName && strings.HasPrefix(k, "KILN_"):
+			return fmt.Errorf("env %q: the KILN_ prefix is reserved: %w", k, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+// Package sandbox owns the lifecycle of sandboxes on this host: the
+// explicit state machine, creation (template layer, OCI bundle, runtime,
+// agent handshake) with full unwinding on failure, kill, and re-adoption
+// of running sandboxes after kiln serve restarts.
+package sandbox
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// Limits are one sandbox's resource limits.
+type Limits struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	DiskBytes   int64   `json:"disk_bytes"`
+	Pids        int64   `json:"pids"`
+}
+
+// Sandbox is the record of one sandbox. Values returned by the Manager are
+// copies; they do not change when the sandbox does.
+type Sandbox struct {
+	ID        ID                `json:"id"`
+	Template  string            `json:"template"`
+	Runtime   string            `json:"runtime"`
+	State     State             `json:"state"`
+	Reason    string            `json:"reason,omitempty"` // why it failed or stopped
+	Limits    Limits            `json:"limits"`
+	User      string            `json:"user"`
+	Workdir   string            `json:"workdir"`
+	Env       map[string]string `json:"env,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// CreateOptions say what sandbox to make. Zero values take the template's
+// or the server's defaults.
+type CreateOptions struct {
+	Template string
+	Runtime  string // runsc or runc
+	Limits   Limits
+	Env      map[string]string
+	Metadata map[string]string
+}
+
+// limitsFor resolves requested limits against template and server
+// defaults and checks them against the ceilings.
+func limitsFor(req Limits, tmpl Limits, cfg config.Limits) (Limits, error) {
+	pick := func(vals ...float64) float64 {
+		for _, v := range vals {
+			if v != 0 {
+				return v
+			}
+		}
+		return 0
+	}
+	l := Limits{
+		CPUs:        pick(req.CPUs, tmpl.CPUs, cfg.DefaultCPUs),
+		MemoryBytes: int64(pick(float64(req.MemoryBytes), float64(tmpl.MemoryBytes), float64(cfg.DefaultMemoryBytes))),
+		DiskBytes:   int64(pick(float64(req.DiskBytes), float64(tmpl.DiskBytes), float64(cfg.DefaultDiskBytes))),
+		Pids:        int64(pick(float64(req.Pids), float64(tmpl.Pids), float64(cfg.DefaultPids))),
+	}
+	switch {
+	case l.CPUs < 0.05 || l.CPUs > cfg.MaxCPUs:
+		return l, fmt.Errorf("cpus %v outside [0.05, %v]: %w", l.CPUs, cfg.MaxCPUs, errdefs.ErrInvalidArgument)
+	case l.MemoryBytes < 64*config.MiB || l.MemoryBytes > cfg.MaxMemoryBytes:
+		return l, fmt.Errorf("memory %d MiB outside [64 MiB, %d MiB]: %w", l.MemoryBytes/config.MiB, cfg.MaxMemoryBytes/config.MiB, errdefs.ErrInvalidArgument)
+	case l.DiskBytes < 64*config.MiB || l.DiskBytes > cfg.MaxDiskBytes:
+		return l, fmt.Errorf("disk %d MiB outside [64 MiB, %d MiB]: %w", l.DiskBytes/config.MiB, cfg.MaxDiskBytes/config.MiB, errdefs.ErrInvalidArgument)
+	case l.Pids < 16 || l.Pids > cfg.MaxPids:
+		return l, fmt.Errorf("pids %d outside [16, %d]: %w", l.Pids, cfg.MaxPids, errdefs.ErrInvalidArgument)
+	}
+	return l, nil
+}

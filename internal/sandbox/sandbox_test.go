@@ -1,0 +1,333 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// agentPath is a kiln-agent built once for the package's tests.
+var agentPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kiln-agent-")
+	if err != nil {
+		panic(err)
+	}
+	agentPath = filepath.Join(dir, "kiln-agent")
+	cmd := exec.Command("go", "build", "-o", agentPath, "github.com/kiln-sh/kiln/cmd/kiln-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building kiln-agent: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testConfig is the server config for tests: the real data dir (for the
+// base template) and a private state dir.
+func testConfig(t *testing.T) sandbox.Config {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	cfg := config.FromEnv()
+	cfg.AgentPath = agentPath
+	_, err := template.Lookup(cfg.DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	return sandbox.Config{Config: cfg, StateDir: t.TempDir()}
+}
+
+func runtimes(cfg config.Config) map[string]oci.Runtime {
+	return map[string]oci.Runtime{
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc")}),
+		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
+	}
+}
+
+func newManager(t *testing.T, cfg sandbox.Config) *sandbox.Manager {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	m, err := sandbox.NewManager(context.Background(), cfg, runtimes(cfg.Config), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// forEachRuntime runs f as a subtest per runtime: the conformance suite.
+func forEachRuntime(t *testing.T, f func(t *testing.T, rt string)) {
+	for _, rt := range []string{"runsc", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			_, err := exec.LookPath(rt)
+			ocitest.Require(t, err == nil, rt+" not installed")
+			f(t, rt)
+		})
+	}
+}
+
+// env is one test sandbox.
+type env struct {
+	t     *testing.T
+	m     *sandbox.Manager
+	sb    sandbox.Sandbox
+	agent *sandbox.Agent
+}
+
+func create(t *testing.T, m *sandbox.Manager, opts sandbox.CreateOptions) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb, err := m.Create(ctx, opts)
+	if err != nil {
+		t.Fatalf("creating sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Kill(context.Background(), sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("killing sandbox: %v", err)
+		}
+	})
+	a, err := m.Agent(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, m: m, sb: sb, agent: a}
+}
+
+// result is a finished command.
+type result struct {
+	stdout, stderr string
+	exit           *api.ExitStatus
+	events         []api.Event
+}
+
+func (e *env) exec(p wire.ExecParams) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var r result
+	var out, errb bytes.Buffer
+	exit, err := e.agent.Exec(ctx, p, func(ev api.Event) error {
+		r.events = append(r.events, api.Event{Seq: ev.Seq, Type: ev.Type})
+		switch ev.Type {
+		case api.EventStdout:
+			out.Write(ev.Data)
+		case api.EventStderr:
+			errb.Write(ev.Data)
+		}
+		return nil
+	})
+	if err != nil {
+		e.t.Fatalf("exec %v %q: %v", p.Args, p.Cmd, err)
+	}
+	r.stdout, r.stderr, r.exit = out.String(), errb.String(), exit
+	return r
+}
+
+func (e *env) sh(cmd string) result {
+	e.t.Helper()
+	return e.exec(wire.ExecParams{Cmd: cmd, TimeoutMs: 30_000})
+}
+
+func TestLifecycle(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		cfg := testConfig(t)
+		m := newManager(t, cfg)
+		ctx := context.Background()
+		sb, err := m.Create(ctx, sandbox.CreateOptions{Runtime: rt, Metadata: map[string]string{"k": "v"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.State != sandbox.StateRunning || sb.Runtime != rt || sb.Template != "base" {
+			t.Errorf("created %+v", sb)
+		}
+		if got, err := m.Get(sb.ID); err != nil || got.ID != sb.ID {
+			t.Errorf("Get = %+v, %v", got, err)
+		}
+		if l := m.List(); len(l) != 1 || l[0].ID != sb.ID {
+			t.Errorf("List = %+v", l)
+		}
+		a, _ := m.Agent(sb.ID)
+		if err := a.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e := &env{t: t, m: m, sb: sb, agent: a}
+		if r := e.sh("hostname"); strings.TrimSpace(r.stdout) != sb.ID.String() {
+			t.Errorf("hostname = %q, want %s", r.stdout, sb.ID)
+		}
+		pid := runtimePid(t, rt, sb.ID)
+
+		if err := m.Kill(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Get after kill: %v, want not found", err)
+		}
+		if err := m.Kill(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("second kill: %v, want not found", err)
+		}
+		assertNothingLeft(t, cfg, sb.ID, pid)
+	})
+}
+
+// runtimePid is the sandbox's init (runc) or sandbox process (runsc).
+func runtimePid(t *testing.T, rt string, id sandbox.ID) int {
+	t.Helper()
+	cfg := config.FromEnv()
+	st, err := runtimes(cfg)[rt].State(context.Background(), id.String())
+	if err != nil {
+		t.Fatalf("runtime state: %v", err)
+	}
+	return st.Pid
+}
+
+// assertNothingLeft checks that a destroyed sandbox left no processes,
+// mounts, cgroups, runtime state or files.
+func assertNothingLeft(t *testing.T, cfg sandbox.Config, id sandbox.ID, pid int) {
+	t.Helper()
+	if pid > 0 {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("sandbox process %d still exists", pid)
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(id)) {
+			t.Errorf("process %s still mentions the sandbox: %q", p, bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if bytes.Contains(mounts, []byte(id)) {
+		t.Errorf("mounts left behind:\n%s", grepLines(mounts, string(id)))
+	}
+	for _, c := range []string{"memory", "pids", "cpu", "cpuacct", "freezer"} {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", c, "kiln", id.String())); err == nil {
+			t.Errorf("cgroup %s/kiln/%s left behind", c, id)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, id.String())); err == nil {
+		t.Errorf("sandbox dir left behind")
+	}
+	for _, rt := range []string{"runsc", "runc"} {
+		if _, err := os.Stat(filepath.Join(cfg.RunDir, rt, id.String())); err == nil {
+			t.Errorf("%s state left behind", rt)
+		}
+	}
+	out, _ := exec.Command("losetup", "-a").Output()
+	if bytes.Contains(out, []byte(id)) {
+		t.Errorf("loop devices left behind:\n%s", grepLines(out, string(id)))
+	}
+}
+
+func grepLines(b []byte, s string) string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestCreateRejectsBadInput(t *testing.T) {
+	cfg := testConfig(t)
+	m := newManager(t, cfg)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		opts sandbox.CreateOptions
+		want error
+	}{
+		{"unknown template", sandbox.CreateOptions{Template: "nope"}, errdefs.ErrNotFound},
+		{"bad template name", sandbox.CreateOptions{Template: "../etc"}, errdefs.ErrInvalidArgument},
+		{"unknown runtime", sandbox.CreateOptions{Runtime: "docker"}, errdefs.ErrInvalidArgument},
+		{"negative cpus", sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: -1}}, errdefs.ErrInvalidArgument},
+		{"absurd cpus", sandbox.CreateOptions{Limits: sandbox.Limits{CPUs: 1000}}, errdefs.ErrInvalidArgument},
+		{"tiny memory", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 1 << 20}}, errdefs.ErrInvalidArgument},
+		{"absurd memory", sandbox.CreateOptions{Limits: sandbox.Limits{MemoryBytes: 1 << 50}}, errdefs.ErrInvalidArgument},
+		{"absurd disk", sandbox.CreateOptions{Limits: sandbox.Limits{DiskBytes: 1 << 50}}, errdefs.ErrInvalidArgument},
+		{"tiny pids", sandbox.CreateOptions{Limits: sandbox.Limits{Pids: 1}}, errdefs.ErrInvalidArgument},
+		{"reserved env", sandbox.CreateOptions{Env: map[string]string{"KILN_X": "1"}}, errdefs.ErrInvalidArgument},
+		{"bad env key", sandbox.CreateOptions{Env: map[string]string{"A=B": "1"}}, errdefs.ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := m.Create(ctx, tt.opts)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Create: %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if l := m.List(); len(l) != 0 {
+		t.Errorf("half-made sandboxes listed: %+v", l)
+	}
+	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 0 {
+		t.Errorf("state dir not empty: %v", ents)
+	}
+}
+
+// A failure after the container exists (here: an agent that never
+// answers) unwinds everything.
+func TestFailedCreateUnwinds(t *testing.T) {
+	cfg := testConfig(t)
+	bogus := filepath.Join(t.TempDir(), "kiln-agent")
+	if err := os.WriteFile(bogus, []byte("#!/bin/sh\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AgentPath = bogus
+	cfg.DataDir = dataDirWithBase(t)
+	m := newManager(t, cfg)
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := m.Create(ctx, sandbox.CreateOptions{Runtime: rt}); err == nil {
+			t.Fatal("Create with a broken agent succeeded")
+		}
+		if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 0 {
+			t.Errorf("state dir not empty: %v", ents)
+		}
+		mounts, _ := os.ReadFile("/proc/self/mountinfo")
+		if bytes.Contains(mounts, []byte(cfg.StateDir)) {
+			t.Errorf("mounts left behind:\n%s", grepLines(mounts, cfg.StateDir))
+		}
+	})
+}
+
+// dataDirWithBase is a private data dir that shares the real base template,
+// so a test can install its own agent binary.
+func dataDirWithBase(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	real := filepath.Join(config.FromEnv().DataDir, "templates")
+	if err := os.Symlink(real, filepath.Join(dir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// testWriter sends a Manager's logs to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
