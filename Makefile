@@ -7,7 +7,7 @@ GO ?= go
 KILN_DATA_DIR ?= /var/lib/kiln
 export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
 .PHONY: setup deps build run test bench clean
 

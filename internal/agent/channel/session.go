@@ -225,6 +225,7 @@ func (c *Conn) Call(ctx context.Context, method string, params any) (*Stream, er
 		return nil, fmt.Errorf("%s call of %d bytes exceeds the frame limit", method, len(b))
 	}
 	st := newStream(c.s, c.nextID.Add(1), context.Background())
+	st.finalEnd = true
 	c.s.mu.Lock()
 	c.s.streams[st.id] = st
 	c.s.mu.Unlock()

@@ -26,6 +26,10 @@ const (
 // connection broke or another host session replaced it.
 var ErrSessionClosed = errors.New("channel session closed")
 
+// ErrStreamEnded is returned when sending on a host stream whose call the
+// agent has already finished successfully.
+var ErrStreamEnded = errors.New("channel stream ended by the peer")
+
 // end is the payload of an end frame.
 type end struct {
 	Result json.RawMessage `json:"result,omitempty"`
@@ -48,6 +52,10 @@ type Stream struct {
 	credit   int // bytes we may still send
 	ended    bool
 	endMsg   end
+	// finalEnd: the peer's end finishes the call, not just its half (the
+	// host's streams: the agent's end means its handler returned and no
+	// more credit will come), so sending after it fails at once.
+	finalEnd bool
 	readable chan struct{} // 1-buffered: queue grew or the peer ended
 	writable chan struct{} // 1-buffered: credit arrived
 }
@@ -84,6 +92,7 @@ func (st *Stream) deliver(f Frame) bool {
 		if err := json.Unmarshal(f.Payload, &st.endMsg); err != nil {
 			st.endMsg = end{Error: &api.Error{Code: api.CodeInternal, Message: "malformed end frame"}}
 		}
+		wake(st.writable)
 	default:
 		if st.ended {
 			return true
@@ -184,6 +193,14 @@ func (st *Stream) send(ctx context.Context, f Frame) error {
 	c := cost(f)
 	for {
 		st.mu.Lock()
+		if st.finalEnd && st.ended {
+			err := endError(st.endMsg)
+			st.mu.Unlock()
+			if errors.Is(err, io.EOF) {
+				err = ErrStreamEnded
+			}
+			return err
+		}
 		if st.credit >= c {
 			st.credit -= c
 			st.mu.Unlock()
@@ -212,5 +229,10 @@ func (st *Stream) sendEnd(result any, e *api.Error) error {
 		}
 	}
 	b, _ := json.Marshal(m)
+	if len(b) > MaxPayload {
+		// The peer would discard an oversized frame and wait forever.
+		b, _ = json.Marshal(end{Error: &api.Error{Code: api.CodeResourceExhausted,
+			Message: fmt.Sprintf("result of %d bytes exceeds the frame limit", len(b))}})
+	}
 	return st.sess.write(st, Frame{Type: frameEnd, Stream: st.id, Payload: b})
 }

@@ -18,6 +18,7 @@ const (
 	// after AfterSeq are replayed, then live ones follow, as for exec.
 	MethodAttach = "attach"
 	// MethodStdin writes to a process's stdin or closes it (StdinParams).
+	// On a PTY, closing sends the terminal's EOF character (^D).
 	MethodStdin = "stdin"
 	// MethodSignal sends a signal to a process's group (SignalParams).
 	MethodSignal = "signal"
@@ -29,7 +30,9 @@ const (
 
 	// MethodStat returns api.FileInfo for PathParams.
 	MethodStat = "stat"
-	// MethodList returns []api.FileInfo for ListParams.
+	// MethodList returns []api.FileInfo for ListParams. The result
+	// travels in one frame: a listing too large for it fails with
+	// resource_exhausted (list a smaller depth or a subdirectory).
 	MethodList = "list"
 	// MethodMkdir creates a directory and its parents (PathParams), owned
 	// by the user. Result: api.FileInfo.
@@ -46,7 +49,11 @@ const (
 	// api.FileInfo.
 	MethodWrite = "write"
 	// MethodWatch streams file events for a directory (WatchParams) until
-	// the stream is closed.
+	// the stream is closed or the directory itself is removed or moved.
+	// The first event has type start (Seq 1): the watch is established,
+	// and changes made after it are reported. An error event
+	// (resource_exhausted) says the kernel dropped events; watching goes
+	// on.
 	MethodWatch = "watch"
 )
 

@@ -1,0 +1,116 @@
+// Package agent is kiln-agent's server: it answers the host's calls on the
+// channel (package channel) by dispatching each wire method (package wire)
+// to the process table (package process) or the file operations (package
+// files).
+//
+// Everything under internal/agent runs inside the sandbox: it imports only
+// the standard library, golang.org/x/sys, api and internal/agent/...
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/files"
+	"github.com/kiln-sh/kiln/internal/agent/process"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+)
+
+// Version is the agent's build version, reported in the channel handshake
+// and by ping. Set with -ldflags "-X github.com/kiln-sh/kiln/internal/agent.Version=…".
+var Version = "dev"
+
+// Server serves the agent's methods.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	procs *process.Table
+	files *files.Service
+}
+
+// New returns a Server; its process table (reaper, OOM guard) runs until
+// Close.
+func New(cfg Config, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{
+		cfg: cfg,
+		log: log,
+		procs: process.NewTable(process.Options{
+			Log:         log.With("component", "process"),
+			BaseEnv:     cfg.BaseEnv,
+			OutputLimit: cfg.OutputLimit,
+			ReplayBytes: cfg.ReplayBytes,
+			History:     cfg.History,
+			ReapAll:     cfg.ReapAll,
+			MemoryLimit: cfg.MemoryLimit,
+			OOMGuard:    cfg.OOMGuard,
+		}),
+		files: files.New(log.With("component", "files")),
+	}
+}
+
+// Serve answers the host on the channel carried by r and w (the agent's
+// stdin and stdout) until r fails or ctx is done.
+func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
+	return channel.Serve(ctx, r, w, Version, s.Handle)
+}
+
+// Close terminates every process (SIGTERM, then SIGKILL once ctx is done)
+// and stops the reaper.
+func (s *Server) Close(ctx context.Context) error {
+	return s.procs.Close(ctx)
+}
+
+// Handle serves one call; it is a channel.HandlerFunc.
+func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (any, error) {
+	switch method {
+	case wire.MethodPing:
+		return wire.Pong{Agent: Version}, nil
+	case wire.MethodExec:
+		return call(params, func(p wire.ExecParams) (any, error) { return s.exec(ctx, st, p) })
+	case wire.MethodAttach:
+		return call(params, func(p wire.AttachParams) (any, error) { return s.attach(ctx, st, p) })
+	case wire.MethodStdin:
+		return call(params, func(p wire.StdinParams) (any, error) { return nil, s.stdin(ctx, p) })
+	case wire.MethodSignal:
+		return call(params, func(p wire.SignalParams) (any, error) { return nil, s.signal(p) })
+	case wire.MethodResize:
+		return call(params, func(p wire.ResizeParams) (any, error) { return nil, s.resize(p) })
+	case wire.MethodProcesses:
+		return s.procs.List(), nil
+	case wire.MethodStat:
+		return call(params, func(p wire.PathParams) (any, error) { return s.stat(ctx, p) })
+	case wire.MethodList:
+		return call(params, func(p wire.ListParams) (any, error) { return s.list(ctx, p) })
+	case wire.MethodMkdir:
+		return call(params, func(p wire.PathParams) (any, error) { return s.mkdir(ctx, p) })
+	case wire.MethodMove:
+		return call(params, func(p wire.MoveParams) (any, error) { return s.move(ctx, p) })
+	case wire.MethodRemove:
+		return call(params, func(p wire.PathParams) (any, error) { return nil, s.remove(ctx, p) })
+	case wire.MethodRead:
+		return call(params, func(p wire.PathParams) (any, error) { return s.read(ctx, st, p) })
+	case wire.MethodWrite:
+		return call(params, func(p wire.WriteParams) (any, error) { return s.write(ctx, st, p) })
+	case wire.MethodWatch:
+		return call(params, func(p wire.WatchParams) (any, error) { return nil, s.watch(ctx, st, p) })
+	}
+	return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "unknown method " + method}
+}
+
+// call decodes params into P and runs fn.
+func call[P any](params json.RawMessage, fn func(P) (any, error)) (any, error) {
+	var p P
+	if len(params) > 0 {
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "decoding params: " + err.Error()}
+		}
+	}
+	return fn(p)
+}
