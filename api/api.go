@@ -66,6 +66,7 @@ const (
 	ExitTimeout     ExitReason = "timeout"       // killed with its children when its timeout passed
 	ExitOOM         ExitReason = "out_of_memory" // killed because the sandbox ran out of memory
 	ExitOutputLimit ExitReason = "output_limit"  // output beyond the cap was dropped (process ran on)
+	ExitPidsLimit   ExitReason = "pids_limit"    // killed because the sandbox had too many tasks
 )
 
 // ExitStatus is how a process ended.

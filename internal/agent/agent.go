@@ -50,6 +50,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 			ReapAll:     cfg.ReapAll,
 			MemoryLimit: cfg.MemoryLimit,
 			OOMGuard:    cfg.OOMGuard,
+			PidsLimit:   cfg.PidsLimit,
 		}),
 		files: files.New(log.With("component", "files")),
 	}

@@ -18,6 +18,10 @@ import (
 //	KILN_OOM_GUARD        1/true: run the userspace OOM guard (for gVisor,
 //	                      where the host cgroup would kill the whole sandbox);
 //	                      needs KILN_MEMORY_LIMIT
+//	KILN_PIDS_LIMIT       if set, the guard kills the process tree with the
+//	                      most tasks when the sandbox exceeds this many
+//	                      tasks (for gVisor, whose host pids limit would
+//	                      kill the whole sandbox)
 //	KILN_OUTPUT_LIMIT     default cap on one process's stdout+stderr bytes
 //	                      (16 MiB)
 //	KILN_REPLAY_BYTES     per-process replay buffer for re-attaching (1 MiB)
@@ -30,6 +34,7 @@ type Config struct {
 	SandboxID   string
 	MemoryLimit int64
 	OOMGuard    bool
+	PidsLimit   int64
 	OutputLimit int64
 	ReplayBytes int64
 	History     int
@@ -72,6 +77,8 @@ func ConfigFromEnv(environ []string) (Config, error) {
 			c.MemoryLimit, err = parseBytes(v)
 		case "KILN_OOM_GUARD":
 			c.OOMGuard, err = strconv.ParseBool(v)
+		case "KILN_PIDS_LIMIT":
+			c.PidsLimit, err = strconv.ParseInt(v, 10, 64)
 		case "KILN_OUTPUT_LIMIT":
 			c.OutputLimit, err = parseBytes(v)
 		case "KILN_REPLAY_BYTES":

@@ -53,7 +53,7 @@ func (m *Manager) adopt(ctx context.Context) {
 		log.Warn("cleaning up sandbox that did not survive", "state", rec.State, "err", err)
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if rt != nil {
-			_ = deleteContainer(cctx, rt, id)
+			_ = deleteContainer(cctx, rt, id, 0)
 		}
 		if err := rootfs.Unmount(cctx, filepath.Join(dir, layerDir)); err != nil {
 			log.Error("unmounting layer of dead sandbox", "err", err)

@@ -61,10 +61,21 @@ func reap(pids []int, timeout time.Duration) {
 
 // deleteContainer kills a sandbox's container, reaps its processes and
 // deletes it from the runtime. Deleting an unknown container succeeds.
-func deleteContainer(ctx context.Context, rt oci.Runtime, id ID) error {
+// mainPid is the runtime's main process as seen at start (0 if unknown): a
+// sandbox that died on its own has left its cgroup, runsc then no longer
+// reports its pid, and its zombie (ours) would make `runsc delete` wait.
+func deleteContainer(ctx context.Context, rt oci.Runtime, id ID, mainPid int) error {
 	pids := sandboxPids(id)
-	if err := rt.Kill(ctx, id.String(), unix.SIGKILL); err == nil {
-		reap(pids, 5*time.Second)
+	if mainPid > 0 {
+		pids = append(pids, mainPid)
 	}
+	_ = rt.Kill(ctx, id.String(), unix.SIGKILL)
+	// Whatever is left in the sandbox's cgroup (e.g. the gofer of a runsc
+	// sandbox whose sentry died, which runsc kill can no longer reach)
+	// belongs to the sandbox alone.
+	for _, pid := range sandboxPids(id) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	reap(pids, 5*time.Second)
 	return rt.Delete(ctx, id.String(), true)
 }

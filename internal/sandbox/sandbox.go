@@ -33,7 +33,10 @@ type Sandbox struct {
 	Workdir   string            `json:"workdir"`
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	Owner     string            `json:"owner,omitempty"` // API key id; "" for local use
+	Node      string            `json:"node,omitempty"`  // the kiln serve that runs it
 	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at,omitzero"` // zero: never
 }
 
 // CreateOptions say what sandbox to make. Zero values take the template's

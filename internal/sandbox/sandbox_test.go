@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,4 +331,31 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// A sandbox that dies under us (here: its runtime process is killed on the
+// host, as the kernel's OOM killer would) is noticed, marked failed with a
+// reason, and cleaned up completely.
+func TestSandboxDeathIsCleanedUp(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		cfg := testConfig(t)
+		m := newManager(t, cfg)
+		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
+		pid := runtimePid(t, rt, e.sb.ID)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if _, err := m.Get(e.sb.ID); errors.Is(err, errdefs.ErrNotFound) {
+				break
+			}
+			if time.Now().After(deadline) {
+				sb, _ := m.Get(e.sb.ID)
+				t.Fatalf("dead sandbox still listed: %+v", sb)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		assertNothingLeft(t, cfg, e.sb.ID, pid)
+	})
 }

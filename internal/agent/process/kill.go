@@ -11,6 +11,7 @@ import (
 // procEntry is what /proc/<pid>/stat says about one process.
 type procEntry struct {
 	pid, ppid, pgid, sid int
+	threads              int
 	rssPages             int64
 }
 
@@ -49,7 +50,7 @@ func parseStat(pid int, b []byte) (procEntry, bool) {
 		return procEntry{}, false
 	}
 	atoi := func(b []byte) int { n, _ := strconv.Atoi(string(b)); return n }
-	e := procEntry{pid: pid, ppid: atoi(f[1]), pgid: atoi(f[2]), sid: atoi(f[3])}
+	e := procEntry{pid: pid, ppid: atoi(f[1]), pgid: atoi(f[2]), sid: atoi(f[3]), threads: atoi(f[17])}
 	e.rssPages, _ = strconv.ParseInt(string(f[21]), 10, 64)
 	return e, true
 }

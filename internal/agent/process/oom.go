@@ -85,13 +85,17 @@ func oomMargin(limit int64) int64 {
 	return min(limit/16, 64<<20)
 }
 
-// guardMemory is the userspace OOM guard (for gVisor, where the host's
-// cgroup would kill the whole sandbox rather than one process). While any
-// process runs it polls memory use every interval and, above the limit
-// minus a margin, SIGKILLs the tree with the largest RSS among processes
-// started through the API, marking its exit out_of_memory.
-func (t *Table) guardMemory(limit int64, usage func() (int64, error), interval time.Duration) {
-	threshold := limit - oomMargin(limit)
+// guard is the userspace resource guard, for gVisor: there the host's
+// cgroup can only kill the whole sandbox, not one process in it. While any
+// process runs it polls every interval and SIGKILLs the offending tree:
+//   - memory above the limit minus a margin: the tree with the largest RSS
+//     among processes started through the API, marked out_of_memory;
+//   - more tasks (threads) than the pids limit: the tree with the most
+//     tasks, marked pids_limit.
+func (t *Table) guard(interval time.Duration) {
+	o := t.opts
+	memory := o.OOMGuard && o.MemoryLimit > 0
+	threshold := o.MemoryLimit - oomMargin(o.MemoryLimit)
 	for {
 		select {
 		case <-t.stop:
@@ -106,24 +110,57 @@ func (t *Table) guardMemory(limit int64, usage func() (int64, error), interval t
 				return
 			case <-tick.C:
 			}
-			used, err := usage()
-			if err != nil || used <= threshold {
+			var victim *Process
+			var cause exitCause
+			if o.PidsLimit > 0 {
+				if tasks, busiest := t.busiest(); tasks > o.PidsLimit && busiest != nil {
+					victim = busiest
+					t.log.Warn("pids limit reached: killing the process tree with the most tasks", "pid", victim.pid, "tasks", tasks, "limit", o.PidsLimit)
+					cause = exitCause{reason: api.ExitPidsLimit, message: fmt.Sprintf(
+						"too many processes: the sandbox's limit is %d tasks", o.PidsLimit)}
+				}
+			}
+			if used, err := o.MemoryUsage(); victim == nil && memory && err == nil && used > threshold {
+				if victim = t.largest(); victim != nil {
+					t.log.Warn("memory limit reached: killing the largest process", "pid", victim.pid, "usage", used, "limit", o.MemoryLimit)
+					cause = oomReason(o.MemoryLimit)
+				}
+			}
+			if victim == nil {
 				continue
 			}
-			if victim := t.largest(); victim != nil {
-				t.log.Warn("memory limit reached: killing the largest process", "pid", victim.pid,
-					"usage", used, "limit", limit)
-				victim.kill(oomReason(limit))
-				// Give the kernel time to free the victim's memory.
-				select {
-				case <-victim.done:
-				case <-time.After(time.Second):
-				case <-t.stop:
-				}
+			victim.kill(cause)
+			// Give the kernel time to free the victim's resources.
+			select {
+			case <-victim.done:
+			case <-time.After(time.Second):
+			case <-t.stop:
 			}
 		}
 		tick.Stop()
 	}
+}
+
+// busiest returns the sandbox's total task count and the running process
+// whose tree has the most tasks.
+func (t *Table) busiest() (int64, *Process) {
+	procs := scanProcs()
+	var total int64
+	for _, e := range procs {
+		total += int64(max(e.threads, 1))
+	}
+	var best *Process
+	bestTasks := -1
+	for _, p := range t.runningProcesses() {
+		n := 0
+		for _, pid := range treeOf(procs, p.pid) {
+			n += max(procs[pid].threads, 1)
+		}
+		if n > bestTasks {
+			best, bestTasks = p, n
+		}
+	}
+	return total, best
 }
 
 func oomReason(limit int64) exitCause {

@@ -55,8 +55,11 @@ type Options struct {
 	// MemoryLimit is the sandbox's memory limit in bytes (0: unknown). It
 	// names the limit in out-of-memory messages and arms the OOM guard.
 	MemoryLimit int64
-	// OOMGuard enables the userspace OOM guard (see guardMemory).
+	// OOMGuard enables the userspace OOM guard (see guard).
 	OOMGuard bool
+	// PidsLimit, if positive, makes the guard kill the process tree with
+	// the most tasks when the sandbox has more tasks than this (see guard).
+	PidsLimit int64
 	// MemoryUsage and OOMKills read the sandbox's memory use and the
 	// kernel's OOM kill counter; nil means MemoryUsage and OOMKillCount.
 	MemoryUsage func() (int64, error)
@@ -121,8 +124,8 @@ func NewTable(o Options) *Table {
 		busy:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
-	if o.OOMGuard && o.MemoryLimit > 0 {
-		go t.guardMemory(o.MemoryLimit, o.MemoryUsage, o.OOMInterval)
+	if (o.OOMGuard && o.MemoryLimit > 0) || o.PidsLimit > 0 {
+		go t.guard(o.OOMInterval)
 	}
 	return t
 }
