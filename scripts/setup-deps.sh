@@ -3,7 +3,7 @@
 # only when something is missing.
 set -euo pipefail
 
-pkgs=(runsc runc debootstrap bubblewrap e2fsprogs util-linux procps)
+pkgs=(runsc runc debootstrap bubblewrap e2fsprogs util-linux procps postgresql)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -32,7 +33,12 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		return err
 	}
 	defer os.RemoveAll(stateDir)
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir}, runtimes(cfg), log)
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(cfg), log)
 	if err != nil {
 		return err
 	}

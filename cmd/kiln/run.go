@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
 )
 
 const runUsage = `Usage:
@@ -103,7 +104,12 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return fmt.Errorf("creating state dir: %w", err)
 	}
 	defer os.RemoveAll(stateDir)
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir}, runtimes(cfg), log)
+	st, err := sqlite.Open(ctx, ":memory:")
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(cfg), log)
 	if err != nil {
 		return err
 	}

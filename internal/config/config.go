@@ -37,6 +37,8 @@ type Limits struct {
 	DefaultCommandTimeout              time.Duration
 	MaxCommandTimeout                  time.Duration
 	DefaultOutputBytes, MaxOutputBytes int64
+	// A sandbox lives this long unless its timeout is set or extended.
+	DefaultSandboxTimeout, MaxSandboxTimeout time.Duration
 }
 
 const (
@@ -66,6 +68,7 @@ func Default() Config {
 			DefaultPids: 512, MaxPids: 32768,
 			DefaultCommandTimeout: 60 * time.Second, MaxCommandTimeout: 24 * time.Hour,
 			DefaultOutputBytes: 16 * MiB, MaxOutputBytes: 1 * GiB,
+			DefaultSandboxTimeout: 5 * time.Minute, MaxSandboxTimeout: 24 * time.Hour,
 		},
 	}
 }

@@ -139,7 +139,30 @@ func (c *CLI) State(ctx context.Context, id string) (State, error) {
 	if err := json.Unmarshal(out, &st); err != nil {
 		return State{}, fmt.Errorf("decoding %s state: %w", c.name, err)
 	}
-	return State{ID: st.ID, Status: st.Status, Pid: st.Pid, Bundle: st.Bundle}, nil
+	return State{ID: st.ID, Status: st.Status, Pid: st.Pid, Bundle: st.Bundle, HelperPids: c.helperPids(id)}, nil
+}
+
+// helperPids finds the runtime's helper processes for a container that
+// `state` does not report: runsc's gofer, from runsc's state file.
+func (c *CLI) helperPids(id string) []int {
+	if c.name != "runsc" {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(c.root, id+"_sandbox:*.state"))
+	var pids []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var st struct {
+			GoferPid int `json:"goferPid"`
+		}
+		if json.Unmarshal(b, &st) == nil && st.GoferPid > 0 {
+			pids = append(pids, st.GoferPid)
+		}
+	}
+	return pids
 }
 
 // Kill sends sig to the container's init process.

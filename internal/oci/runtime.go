@@ -46,4 +46,7 @@ type State struct {
 	Status string
 	Pid    int
 	Bundle string
+	// HelperPids are other host processes the runtime runs for the
+	// container (runsc's gofer), for callers that must reap them.
+	HelperPids []int
 }

@@ -2,76 +2,130 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/rootfs"
 )
 
-// adopt reconnects to the sandboxes a previous kiln serve left running and
-// cleans up the ones that died or were half made. It runs once, before the
-// Manager serves anything.
-func (m *Manager) adopt(ctx context.Context) {
+// adopt reconciles the store with what runs on this node, once, before the
+// Manager serves anything: running sandboxes get a new channel session and
+// are served again; records whose sandbox is gone (or was half made when
+// the last process died) are marked failed with a reason and their
+// leftovers removed; sandbox dirs with no live record are removed.
+func (m *Manager) adopt(ctx context.Context) error {
+	live := map[ID]bool{}
+	for tok := ""; ; {
+		recs, next, err := m.store.ListSandboxes(ctx, Filter{
+			Node: m.cfg.Node, States: []State{StateCreating, StateRunning, StatePaused, StateStopping},
+			Limit: 1000, Token: tok,
+		})
+		if err != nil {
+			return fmt.Errorf("listing sandboxes to adopt: %w", err)
+		}
+		for _, rec := range recs {
+			if m.adoptOne(ctx, rec) {
+				live[rec.ID] = true
+			}
+		}
+		if tok = next; tok == "" {
+			break
+		}
+	}
 	ents, err := os.ReadDir(m.cfg.StateDir)
 	if err != nil {
-		m.log.Error("listing sandboxes to adopt", "err", err)
-		return
+		return fmt.Errorf("listing sandbox dirs: %w", err)
 	}
 	for _, e := range ents {
 		id, err := ParseID(e.Name())
-		if err != nil || !e.IsDir() {
+		if err != nil || !e.IsDir() || live[id] {
 			continue
 		}
-		dir := filepath.Join(m.cfg.StateDir, e.Name())
-		log := m.log.With("sandbox_id", id)
-		rec, rt, err := m.readRecord(dir)
-		if err == nil && rt == nil {
-			err = fmt.Errorf("runtime %q is not configured", rec.Runtime)
-		}
-		if err == nil && rec.State == StateRunning {
-			var st oci.State
-			if st, err = rt.State(ctx, id.String()); err == nil && st.Status == oci.StatusRunning {
-				cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-				conn, cerr := connect(cctx, dir)
-				cancel()
-				if cerr == nil {
-					b := &box{rec: rec, dir: dir, conn: conn}
-					m.mu.Lock()
-					m.boxes[id] = b
-					m.mu.Unlock()
-					go m.watch(b, conn)
-					log.Info("sandbox re-adopted")
-					continue
-				}
-				err = cerr
-			}
-		}
-		log.Warn("cleaning up sandbox that did not survive", "state", rec.State, "err", err)
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if rt != nil {
-			_ = deleteContainer(cctx, rt, id, 0)
-		}
-		if err := rootfs.Unmount(cctx, filepath.Join(dir, layerDir)); err != nil {
-			log.Error("unmounting layer of dead sandbox", "err", err)
-		} else {
-			_ = os.RemoveAll(dir)
-		}
-		cancel()
+		m.log.Warn("removing orphaned sandbox dir", "sandbox_id", id)
+		m.cleanup(ctx, id, nil)
 	}
+	return nil
 }
 
-func (m *Manager) readRecord(dir string) (Sandbox, oci.Runtime, error) {
-	var rec Sandbox
-	b, err := os.ReadFile(filepath.Join(dir, recordFile))
+// adoptOne re-adopts one record's sandbox, or fails it; it reports whether
+// the sandbox is live.
+func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
+	log := m.log.With("sandbox_id", rec.ID)
+	dir := filepath.Join(m.cfg.StateDir, rec.ID.String())
+	rt := m.runtimes[rec.Runtime]
+	err := m.reconnect(ctx, rec, rt, dir)
+	if err == nil {
+		log.Info("sandbox re-adopted")
+		return true
+	}
+	reason := "lost while kiln serve was down: " + err.Error()
+	if rec.State == StateCreating {
+		reason = "kiln serve stopped while creating it"
+	}
+	log.Warn("failing sandbox that did not survive a restart", "state", rec.State, "reason", reason)
+	m.cleanup(ctx, rec.ID, rt)
+	rec.State, rec.Reason = StateFailed, reason
+	if err := m.store.PutSandbox(ctx, rec); err != nil {
+		log.Error("recording lost sandbox", "err", err)
+	}
+	return false
+}
+
+// reconnect checks that a running sandbox is still there and opens a new
+// channel session to its agent.
+func (m *Manager) reconnect(ctx context.Context, rec Sandbox, rt oci.Runtime, dir string) error {
+	switch {
+	case rt == nil:
+		return fmt.Errorf("runtime %q is not configured", rec.Runtime)
+	case rec.State != StateRunning:
+		return fmt.Errorf("it was %s", rec.State)
+	}
+	st, err := rt.State(ctx, rec.ID.String())
 	if err != nil {
-		return rec, nil, err
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return errors.New("its container is gone")
+		}
+		return err
 	}
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return rec, nil, err
+	if st.Status != oci.StatusRunning {
+		return fmt.Errorf("its container is %s", st.Status)
 	}
-	return rec, m.runtimes[rec.Runtime], nil
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := connect(cctx, dir)
+	if err != nil {
+		return err
+	}
+	b := &box{rec: rec, dir: dir, conn: conn}
+	m.mu.Lock()
+	m.boxes[rec.ID] = b
+	m.mu.Unlock()
+	go m.watch(b, conn)
+	return nil
+}
+
+// cleanup removes whatever a dead or orphaned sandbox left on the host.
+func (m *Manager) cleanup(ctx context.Context, id ID, rt oci.Runtime) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if rt != nil {
+		if err := deleteContainer(cctx, rt, id, filepath.Join(m.cfg.StateDir, id.String()), nil); err != nil {
+			m.log.Error("deleting container of dead sandbox", "sandbox_id", id, "err", err)
+		}
+	} else {
+		for _, r := range m.runtimes {
+			_ = deleteContainer(cctx, r, id, filepath.Join(m.cfg.StateDir, id.String()), nil)
+		}
+	}
+	dir := filepath.Join(m.cfg.StateDir, id.String())
+	if err := rootfs.Unmount(cctx, filepath.Join(dir, layerDir)); err != nil {
+		m.log.Error("unmounting layer of dead sandbox", "sandbox_id", id, "err", err)
+		return
+	}
+	_ = os.RemoveAll(dir)
 }

@@ -188,7 +188,7 @@ func TestReadoptAfterRestart(t *testing.T) {
 		cancel()
 
 		m2 := newManager(t, cfg)
-		sb, err := m2.Get(e.sb.ID)
+		sb, err := m2.Get(context.Background(), e.sb.ID)
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("after restart: %+v, %v", sb, err)
 		}

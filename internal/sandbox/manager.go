@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +28,6 @@ import (
 
 // Files in a sandbox's state dir.
 const (
-	recordFile = "sandbox.json"
 	stdinFIFO  = "agent.in"
 	stdoutFIFO = "agent.out"
 	agentLog   = "agent.log"
@@ -49,9 +47,15 @@ type Config struct {
 	// DataDir/sandboxes; one-shot users (kiln run, tests) use their own so
 	// they never touch the server's sandboxes.
 	StateDir string
-	// Adopt re-adopts the sandboxes found in StateDir when the Manager
-	// starts (after a restart of kiln serve) and cleans up dead ones.
+	// Adopt reconciles the store with this node's runtimes when the
+	// Manager starts (after a restart of kiln serve): live sandboxes are
+	// re-adopted, lost ones marked failed, orphans removed.
 	Adopt bool
+	// Store keeps the sandbox records; it is the source of truth for what
+	// was acknowledged to clients.
+	Store Store
+	// Node names this host in records (default: the hostname).
+	Node string
 }
 
 // Manager creates, tracks and destroys the sandboxes of one host.
@@ -61,8 +65,13 @@ type Manager struct {
 	runtimes map[string]oci.Runtime
 	agentDir string
 
+	store Store
+
 	mu    sync.Mutex
 	boxes map[ID]*box
+
+	done      chan struct{} // closed by Close: stops the reaper
+	closeOnce sync.Once
 }
 
 // box is the live state of one sandbox.
@@ -71,7 +80,7 @@ type box struct {
 	rec  Sandbox
 	dir  string
 	conn *channel.Conn
-	pid  int // the runtime's main process, if this process started it
+	pids []int // the runtime's host processes, if this process started them
 }
 
 // NewManager prepares the state dir and the agent binary and, if
@@ -86,7 +95,13 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 	if _, ok := runtimes[cfg.Runtime]; !ok {
 		return nil, fmt.Errorf("default runtime %q is not configured", cfg.Runtime)
 	}
-	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box)}
+	if cfg.Store == nil {
+		return nil, errors.New("sandbox manager needs a store")
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
+	}
+	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box), store: cfg.Store, done: make(chan struct{})}
 	if err := becomeSubreaper(); err != nil {
 		log.Warn("cannot become child subreaper; destroying runsc sandboxes will be slow", "err", err)
 	}
@@ -95,8 +110,11 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 		return nil, err
 	}
 	if cfg.Adopt {
-		m.adopt(ctx)
+		if err := m.adopt(ctx); err != nil {
+			return nil, err
+		}
 	}
+	go m.reaper()
 	return m, nil
 }
 
@@ -146,7 +164,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err := validateVars("metadata", opts.Metadata, false); err != nil {
 		return Sandbox{}, err
 	}
-	tmpl, err := template.Lookup(m.cfg.DataDir, opts.Template)
+	timeout, err := m.timeout(opts.Timeout)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	var tmpl *template.Template
+	tmpl, err = template.Lookup(m.cfg.DataDir, opts.Template)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -162,10 +185,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	maps.Copy(env, opts.Env)
 
 	id := NewID()
+	now := time.Now().UTC()
 	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
 		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
 		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
-		Metadata: opts.Metadata, CreatedAt: time.Now().UTC(),
+		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
+		CreatedAt: now, ExpiresAt: now.Add(timeout),
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
 
@@ -185,17 +210,19 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		delete(m.boxes, id)
 		m.mu.Unlock()
 	}()
-	m.mu.Lock()
-	m.boxes[id] = b
-	m.mu.Unlock()
-
+	if err := m.admit(b, opts.Quota); err != nil {
+		return Sandbox{}, err
+	}
+	// The record goes first, so that a crash from here on leaves a trace
+	// for the next start to clean up (and undo removes it).
+	if err := m.store.PutSandbox(ctx, b.rec); err != nil {
+		return Sandbox{}, fmt.Errorf("recording sandbox: %w", err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return m.store.DeleteSandbox(ctx, id) })
 	if err := os.Mkdir(b.dir, 0o700); err != nil {
 		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	if err := b.save(); err != nil {
-		return Sandbox{}, err
-	}
 	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("mounting writable layer: %w", err)
@@ -215,8 +242,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err := bundle.Write(); err != nil {
 		return Sandbox{}, err
 	}
-	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.pid) })
-	if b.pid, err = m.start(ctx, rt, id, bundle); err != nil {
+	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	if b.pids, err = m.start(ctx, rt, id, bundle); err != nil {
 		return Sandbox{}, err
 	}
 
@@ -230,7 +257,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.transition(StateRunning, ""); err != nil {
+	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
 		return Sandbox{}, err
 	}
 	b.conn = conn
@@ -243,7 +270,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 // FIFOs in the sandbox dir. The container holds both read-write, so it
 // never sees EOF or EPIPE while kiln serve restarts; we re-open them by
 // path.
-func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) (pid int, err error) {
+func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) (pids []int, err error) {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -253,29 +280,29 @@ func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundl
 	for _, name := range []string{stdinFIFO, stdoutFIFO} {
 		p := filepath.Join(b.Dir, name)
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			return 0, fmt.Errorf("creating agent fifo: %w", err)
+			return nil, fmt.Errorf("creating agent fifo: %w", err)
 		}
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if err != nil {
-			return 0, fmt.Errorf("opening agent fifo: %w", err)
+			return nil, fmt.Errorf("opening agent fifo: %w", err)
 		}
 		files = append(files, f)
 	}
 	logf, err := os.OpenFile(filepath.Join(b.Dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return 0, fmt.Errorf("opening agent log: %w", err)
+		return nil, fmt.Errorf("opening agent log: %w", err)
 	}
 	files = append(files, logf)
 	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: logf}); err != nil {
-		return 0, fmt.Errorf("creating container: %w", err)
+		return nil, fmt.Errorf("creating container: %w", err)
 	}
 	if st, err := rt.State(ctx, id.String()); err == nil {
-		pid = st.Pid
+		pids = append([]int{st.Pid}, st.HelperPids...)
 	}
 	if err := rt.Start(ctx, id.String()); err != nil {
-		return pid, fmt.Errorf("starting container: %w", err)
+		return pids, fmt.Errorf("starting container: %w", err)
 	}
-	return pid, nil
+	return pids, nil
 }
 
 // connect opens a new channel session on a sandbox's agent FIFOs.
@@ -363,19 +390,19 @@ func (m *Manager) watch(b *box, conn *channel.Conn) {
 	}
 }
 
-// Get returns a sandbox's record.
-func (m *Manager) Get(id ID) (Sandbox, error) {
-	b, err := m.box(id)
-	if err != nil {
-		return Sandbox{}, err
+// Get returns a sandbox's record: a live one of this node, or a stored
+// one (e.g. stopped or failed).
+func (m *Manager) Get(ctx context.Context, id ID) (Sandbox, error) {
+	if b, err := m.box(id); err == nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.rec, nil
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.rec, nil
+	return m.store.GetSandbox(ctx, id)
 }
 
-// List returns every sandbox this Manager knows, oldest first.
-func (m *Manager) List() []Sandbox {
+// Live returns the sandboxes this Manager runs, oldest first.
+func (m *Manager) Live() []Sandbox {
 	m.mu.Lock()
 	boxes := slices.Collect(maps.Values(m.boxes))
 	m.mu.Unlock()
@@ -387,6 +414,11 @@ func (m *Manager) List() []Sandbox {
 	}
 	slices.SortFunc(out, func(a, b Sandbox) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out
+}
+
+// List returns stored records matching f, a page at a time.
+func (m *Manager) List(ctx context.Context, f Filter) ([]Sandbox, string, error) {
+	return m.store.ListSandboxes(ctx, f)
 }
 
 func (m *Manager) box(id ID) (*box, error) {
@@ -429,7 +461,7 @@ func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string
 	defer b.mu.Unlock()
 	// A sandbox whose earlier destroy failed may be destroyed again.
 	if b.rec.State != StateFailed {
-		if err := b.transition(StateStopping, reason); err != nil {
+		if err := m.transition(ctx, b, StateStopping, reason); err != nil {
 			return err
 		}
 	} else if final == StateStopped {
@@ -442,18 +474,18 @@ func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string
 	rt := m.runtimes[b.rec.Runtime]
 	var errs []error
 	if rt != nil {
-		errs = append(errs, deleteContainer(ctx, rt, id, b.pid))
+		errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.pids))
 	}
 	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
 	if err := errors.Join(errs...); err != nil {
-		_ = b.transition(StateFailed, "destroying: "+err.Error())
+		_ = m.transition(ctx, b, StateFailed, "destroying: "+err.Error())
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)
 	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		return fmt.Errorf("removing sandbox dir: %w", err)
 	}
 	if b.rec.State != final {
-		if err := b.transition(final, reason); err != nil {
+		if err := m.transition(ctx, b, final, reason); err != nil {
 			return err
 		}
 	}
@@ -464,9 +496,11 @@ func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string
 	return nil
 }
 
-// Close releases the Manager's channels and forgets its sandboxes; they
-// keep running and a later Manager with Adopt re-adopts them.
+// Close stops the reaper, releases the Manager's channels and forgets its
+// sandboxes; they keep running and a later Manager with Adopt re-adopts
+// them.
 func (m *Manager) Close() {
+	m.closeOnce.Do(func() { close(m.done) })
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = make(map[ID]*box)
@@ -482,33 +516,23 @@ func (m *Manager) Close() {
 }
 
 // transition changes state and persists the record. Callers hold b.mu.
-func (b *box) transition(to State, reason string) error {
+func (m *Manager) transition(ctx context.Context, b *box, to State, reason string) error {
 	if err := checkTransition(b.rec.State, to); err != nil {
 		return err
 	}
-	b.rec.State = to
+	rec := b.rec
+	rec.State = to
 	if reason != "" {
-		b.rec.Reason = reason
+		rec.Reason = reason
 	}
-	if to.Terminal() {
-		return nil // the directory goes away with the sandbox
+	// Persist with a detached context: a client that went away must not
+	// leave the record behind the sandbox's real state.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := m.store.PutSandbox(sctx, rec); err != nil {
+		return fmt.Errorf("recording sandbox state %s: %w", to, err)
 	}
-	return b.save()
-}
-
-// save writes the record atomically into the sandbox dir.
-func (b *box) save() error {
-	data, err := json.MarshalIndent(b.rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := filepath.Join(b.dir, recordFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("writing sandbox record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(b.dir, recordFile)); err != nil {
-		return fmt.Errorf("writing sandbox record: %w", err)
-	}
+	b.rec = rec
 	return nil
 }
 

@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,15 +26,28 @@ func becomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
-// sandboxPids lists the host pids in a sandbox's cgroup.
-func sandboxPids(id ID) []int {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id), "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
+// sandboxPids lists the host pids of a sandbox: those in its cgroup, and
+// those whose command line names its directory (runsc's gofer, which may
+// live outside the cgroup and outlive a dead sentry).
+func sandboxPids(id ID, dir string) []int {
 	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
+	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id), "cgroup.procs")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	if dir == "" {
+		return pids
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && !slices.Contains(pids, pid) && pid != os.Getpid() {
 			pids = append(pids, pid)
 		}
 	}
@@ -61,20 +76,17 @@ func reap(pids []int, timeout time.Duration) {
 
 // deleteContainer kills a sandbox's container, reaps its processes and
 // deletes it from the runtime. Deleting an unknown container succeeds.
-// mainPid is the runtime's main process as seen at start (0 if unknown): a
-// sandbox that died on its own has left its cgroup, runsc then no longer
-// reports its pid, and its zombie (ours) would make `runsc delete` wait.
-func deleteContainer(ctx context.Context, rt oci.Runtime, id ID, mainPid int) error {
-	pids := sandboxPids(id)
-	if mainPid > 0 {
-		pids = append(pids, mainPid)
-	}
+// started are the runtime's processes as seen at start (nil if unknown):
+// a sandbox that died on its own has left its cgroup, runsc then no longer
+// reports its pids, and their zombies (ours) would make `runsc delete` wait.
+func deleteContainer(ctx context.Context, rt oci.Runtime, id ID, dir string, started []int) error {
+	pids := append(sandboxPids(id, dir), started...)
 	_ = rt.Kill(ctx, id.String(), unix.SIGKILL)
-	// Whatever is left in the sandbox's cgroup (e.g. the gofer of a runsc
-	// sandbox whose sentry died, which runsc kill can no longer reach)
-	// belongs to the sandbox alone.
-	for _, pid := range sandboxPids(id) {
+	// Whatever is left (e.g. the gofer of a runsc sandbox whose sentry died,
+	// which runsc kill can no longer reach) belongs to the sandbox alone.
+	for _, pid := range sandboxPids(id, dir) {
 		_ = unix.Kill(pid, unix.SIGKILL)
+		pids = append(pids, pid)
 	}
 	reap(pids, 5*time.Second)
 	return rt.Delete(ctx, id.String(), true)

@@ -47,6 +47,17 @@ type CreateOptions struct {
 	Limits   Limits
 	Env      map[string]string
 	Metadata map[string]string
+	// Timeout is how long the sandbox lives unless extended; 0 means the
+	// server's default.
+	Timeout time.Duration
+	Owner   string // API key id, "" for local use
+	Quota   Quota  // the owner's limits across its live sandboxes
+}
+
+// Quota bounds what one owner may hold at once; zero fields are unlimited.
+type Quota struct {
+	MaxSandboxes   int
+	MaxMemoryBytes int64
 }
 
 // limitsFor resolves requested limits against template and server

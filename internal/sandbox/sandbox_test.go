@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -53,7 +54,13 @@ func testConfig(t *testing.T) sandbox.Config {
 	cfg.AgentPath = agentPath
 	_, err := template.Lookup(cfg.DataDir, "base")
 	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
-	return sandbox.Config{Config: cfg, StateDir: t.TempDir()}
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "kiln.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st}
 }
 
 func runtimes(cfg config.Config) map[string]oci.Runtime {
@@ -160,10 +167,10 @@ func TestLifecycle(t *testing.T) {
 		if sb.State != sandbox.StateRunning || sb.Runtime != rt || sb.Template != "base" {
 			t.Errorf("created %+v", sb)
 		}
-		if got, err := m.Get(sb.ID); err != nil || got.ID != sb.ID {
+		if got, err := m.Get(context.Background(), sb.ID); err != nil || got.ID != sb.ID {
 			t.Errorf("Get = %+v, %v", got, err)
 		}
-		if l := m.List(); len(l) != 1 || l[0].ID != sb.ID {
+		if l := m.Live(); len(l) != 1 || l[0].ID != sb.ID {
 			t.Errorf("List = %+v", l)
 		}
 		a, _ := m.Agent(sb.ID)
@@ -179,8 +186,11 @@ func TestLifecycle(t *testing.T) {
 		if err := m.Kill(ctx, sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.Get(sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("Get after kill: %v, want not found", err)
+		if got, err := m.Get(context.Background(), sb.ID); err != nil || got.State != sandbox.StateStopped || got.Reason != "killed" {
+			t.Errorf("Get after kill: %+v, %v; want the stopped record", got, err)
+		}
+		if l := m.Live(); len(l) != 0 {
+			t.Errorf("Live after kill: %+v", l)
 		}
 		if err := m.Kill(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("second kill: %v, want not found", err)
@@ -278,7 +288,7 @@ func TestCreateRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	if l := m.List(); len(l) != 0 {
+	if l := m.Live(); len(l) != 0 {
 		t.Errorf("half-made sandboxes listed: %+v", l)
 	}
 	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 0 {
@@ -347,11 +357,14 @@ func TestSandboxDeathIsCleanedUp(t *testing.T) {
 		}
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			if _, err := m.Get(e.sb.ID); errors.Is(err, errdefs.ErrNotFound) {
+			if sb, err := m.Get(context.Background(), e.sb.ID); err == nil && sb.State == sandbox.StateFailed {
+				if !strings.Contains(sb.Reason, "exited unexpectedly") {
+					t.Errorf("failed with reason %q", sb.Reason)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
-				sb, _ := m.Get(e.sb.ID)
+				sb, _ := m.Get(context.Background(), e.sb.ID)
 				t.Fatalf("dead sandbox still listed: %+v", sb)
 			}
 			time.Sleep(50 * time.Millisecond)

@@ -1,0 +1,194 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/page"
+)
+
+const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
+	env, metadata, owner, node, created_at, expires_at`
+
+// PutSandbox inserts or replaces a record. Times are kept to the
+// microsecond, in UTC.
+func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	limits, err := json.Marshal(sb.Limits)
+	if err != nil {
+		return fmt.Errorf("encoding sandbox %s limits: %w", sb.ID, err)
+	}
+	env, err := json.Marshal(nonNil(sb.Env))
+	if err != nil {
+		return fmt.Errorf("encoding sandbox %s env: %w", sb.ID, err)
+	}
+	meta, err := json.Marshal(nonNil(sb.Metadata))
+	if err != nil {
+		return fmt.Errorf("encoding sandbox %s metadata: %w", sb.ID, err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14)
+		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
+			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
+			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
+			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
+			created_at = excluded.created_at, expires_at = excluded.expires_at`,
+		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
+		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt))
+	if err != nil {
+		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// GetSandbox returns a record; errdefs.ErrNotFound if there is none.
+func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
+	row := s.pool.QueryRow(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = $1`, string(id))
+	sb, err := scanSandbox(row)
+	if notFound(err) {
+		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("reading sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns records matching f, oldest first, one page at a
+// time; the returned token fetches the next page ("" at the end).
+func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error) {
+	size, err := page.Size(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	after, ok, err := page.Decode(f.Token)
+	if err != nil {
+		return nil, "", err
+	}
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if ok {
+		where = append(where, `(created_at, id) > (`+arg(after.CreatedAt)+`, `+arg(after.ID)+`)`)
+	}
+	if f.Owner != "" {
+		where = append(where, `owner = `+arg(f.Owner))
+	}
+	if f.Node != "" {
+		where = append(where, `node = `+arg(f.Node))
+	}
+	if len(f.States) > 0 {
+		states := make([]string, len(f.States))
+		for i, st := range f.States {
+			states[i] = string(st)
+		}
+		where = append(where, `state = ANY(`+arg(states)+`::text[])`)
+	}
+	if len(f.Metadata) > 0 {
+		meta, err := json.Marshal(f.Metadata)
+		if err != nil {
+			return nil, "", fmt.Errorf("encoding metadata filter: %w", err)
+		}
+		where = append(where, `metadata @> `+arg(string(meta))+`::jsonb`)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY created_at, id LIMIT ` + arg(size+1) // one more tells whether there is a next page
+
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []sandbox.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(out) <= size {
+		return out, "", nil
+	}
+	out = out[:size]
+	last := out[size-1]
+	return out, page.Encode(page.Key{CreatedAt: last.CreatedAt, ID: string(last.ID)}), nil
+}
+
+// DeleteSandbox removes a record; deleting a missing one succeeds.
+func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE id = $1`, string(id)); err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(row scanner) (sandbox.Sandbox, error) {
+	var (
+		sb                sandbox.Sandbox
+		id, state         string
+		limits, env, meta []byte
+		expires           *time.Time
+	)
+	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
+		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires); err != nil {
+		return sb, err
+	}
+	sb.ID, sb.State = sandbox.ID(id), sandbox.State(state)
+	sb.CreatedAt = sb.CreatedAt.UTC()
+	if expires != nil {
+		sb.ExpiresAt = expires.UTC()
+	}
+	if err := json.Unmarshal(limits, &sb.Limits); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s limits: %w", id, err)
+	}
+	if err := decodeMap(env, &sb.Env); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s env: %w", id, err)
+	}
+	if err := decodeMap(meta, &sb.Metadata); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s metadata: %w", id, err)
+	}
+	return sb, nil
+}
+
+// decodeMap leaves *m nil for an empty map: empty and nil maps read back
+// alike, as nil.
+func decodeMap(b []byte, m *map[string]string) error {
+	if err := json.Unmarshal(b, m); err != nil {
+		return err
+	}
+	if len(*m) == 0 {
+		*m = nil
+	}
+	return nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,226 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/page"
+)
+
+const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
+	env, metadata, owner, node, created_at, expires_at`
+
+// PutSandbox inserts or replaces a record. Times are kept to the
+// microsecond, in UTC.
+func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	limits, env, meta, err := encodeMaps(sb)
+	if err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("beginning sandbox write: %w", err)
+	}
+	defer tx.Rollback()
+	// An upsert, not INSERT OR REPLACE: replacing would delete the row and
+	// cascade to its metadata mid-statement.
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
+			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
+			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
+			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
+			created_at = excluded.created_at, expires_at = excluded.expires_at`,
+		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, limits, sb.User, sb.Workdir,
+		env, meta, sb.Owner, sb.Node, micros(sb.CreatedAt), nullMicros(sb.ExpiresAt))
+	if err != nil {
+		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_metadata WHERE sandbox_id = ?`, string(sb.ID)); err != nil {
+		return fmt.Errorf("writing sandbox %s metadata: %w", sb.ID, err)
+	}
+	for k, v := range sb.Metadata {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, ?, ?)`,
+			string(sb.ID), k, v); err != nil {
+			return fmt.Errorf("writing sandbox %s metadata: %w", sb.ID, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("committing sandbox %s: %w", sb.ID, err)
+	}
+	return nil
+}
+
+// GetSandbox returns a record; errdefs.ErrNotFound if there is none.
+func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
+	row := s.r.QueryRowContext(ctx, `SELECT `+sandboxColumns+` FROM sandboxes WHERE id = ?`, string(id))
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sandbox.Sandbox{}, fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, fmt.Errorf("reading sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// ListSandboxes returns records matching f, oldest first, one page at a
+// time; the returned token fetches the next page ("" at the end).
+func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error) {
+	size, err := page.Size(f.Limit)
+	if err != nil {
+		return nil, "", err
+	}
+	after, ok, err := page.Decode(f.Token)
+	if err != nil {
+		return nil, "", err
+	}
+	var where []string
+	var args []any
+	if ok {
+		where = append(where, `(created_at, id) > (?, ?)`)
+		args = append(args, micros(after.CreatedAt), after.ID)
+	}
+	if f.Owner != "" {
+		where = append(where, `owner = ?`)
+		args = append(args, f.Owner)
+	}
+	if f.Node != "" {
+		where = append(where, `node = ?`)
+		args = append(args, f.Node)
+	}
+	if len(f.States) > 0 {
+		where = append(where, `state IN (?`+strings.Repeat(`, ?`, len(f.States)-1)+`)`)
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	for k, v := range f.Metadata {
+		where = append(where, `id IN (SELECT sandbox_id FROM sandbox_metadata WHERE key = ? AND value = ?)`)
+		args = append(args, k, v)
+	}
+	q := `SELECT ` + sandboxColumns + ` FROM sandboxes`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	q += ` ORDER BY created_at, id LIMIT ?`
+	args = append(args, size+1) // one more tells whether there is a next page
+
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []sandbox.Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+		}
+		out = append(out, sb)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("listing sandboxes: %w", err)
+	}
+	if len(out) <= size {
+		return out, "", nil
+	}
+	out = out[:size]
+	last := out[size-1]
+	return out, page.Encode(page.Key{CreatedAt: last.CreatedAt, ID: string(last.ID)}), nil
+}
+
+// DeleteSandbox removes a record; deleting a missing one succeeds.
+func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
+	if _, err := s.w.ExecContext(ctx, `DELETE FROM sandboxes WHERE id = ?`, string(id)); err != nil {
+		return fmt.Errorf("deleting sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+func encodeMaps(sb sandbox.Sandbox) (limits, env, meta string, err error) {
+	l, err := json.Marshal(sb.Limits)
+	if err != nil {
+		return "", "", "", fmt.Errorf("encoding sandbox %s limits: %w", sb.ID, err)
+	}
+	e, err := json.Marshal(nonNil(sb.Env))
+	if err != nil {
+		return "", "", "", fmt.Errorf("encoding sandbox %s env: %w", sb.ID, err)
+	}
+	m, err := json.Marshal(nonNil(sb.Metadata))
+	if err != nil {
+		return "", "", "", fmt.Errorf("encoding sandbox %s metadata: %w", sb.ID, err)
+	}
+	return string(l), string(e), string(m), nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(row scanner) (sandbox.Sandbox, error) {
+	var (
+		sb                sandbox.Sandbox
+		id, state         string
+		limits, env, meta string
+		created           int64
+		expires           sql.NullInt64
+	)
+	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
+		&env, &meta, &sb.Owner, &sb.Node, &created, &expires); err != nil {
+		return sb, err
+	}
+	sb.ID, sb.State = sandbox.ID(id), sandbox.State(state)
+	sb.CreatedAt = fromMicros(created)
+	if expires.Valid {
+		sb.ExpiresAt = fromMicros(expires.Int64)
+	}
+	if err := json.Unmarshal([]byte(limits), &sb.Limits); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s limits: %w", id, err)
+	}
+	if err := decodeMap(env, &sb.Env); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s env: %w", id, err)
+	}
+	if err := decodeMap(meta, &sb.Metadata); err != nil {
+		return sb, fmt.Errorf("decoding sandbox %s metadata: %w", id, err)
+	}
+	return sb, nil
+}
+
+// decodeMap leaves *m nil for an empty map: empty and nil maps read back
+// alike, as nil.
+func decodeMap(s string, m *map[string]string) error {
+	if s == "{}" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(s), m); err != nil {
+		return err
+	}
+	if len(*m) == 0 {
+		*m = nil
+	}
+	return nil
+}
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func nullMicros(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
