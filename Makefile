@@ -11,9 +11,11 @@ LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.
 
 .PHONY: setup deps build run test bench clean
 
-## deps: install system packages (runsc, runc, debootstrap, ...) if missing
+## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
+## and a recent static gVisor runsc built from the Go module proxy (cached)
 deps:
 	@scripts/setup-deps.sh
+	@scripts/install-runsc.sh
 
 ## build: bin/kiln and the static bin/kiln-agent
 build:

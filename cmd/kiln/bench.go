@@ -38,7 +38,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		return err
 	}
 	defer st.Close()
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(cfg), log)
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
 	if err != nil {
 		return err
 	}

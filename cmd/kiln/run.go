@@ -109,7 +109,7 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 	defer st.Close()
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(cfg), log)
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
 	if err != nil {
 		return err
 	}
@@ -181,9 +181,9 @@ func uploadScript(ctx context.Context, agent *sandbox.Agent, user string, args [
 }
 
 // runtimes wires the configured OCI runtimes.
-func runtimes(cfg config.Config) map[string]oci.Runtime {
+func runtimes(ctx context.Context, cfg config.Config) map[string]oci.Runtime {
 	return map[string]oci.Runtime{
-		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: []string{"--platform=" + cfg.RunscPlatform}}),
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(ctx, cfg.RunscPath, cfg.RunscPlatform)}),
 		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
 	}
 }

@@ -20,7 +20,8 @@ type Config struct {
 	Runtime   string // default runtime: runsc or runc (KILN_RUNTIME)
 	RunscPath string // KILN_RUNSC
 	RuncPath  string // KILN_RUNC
-	// RunscPlatform is gVisor's platform: ptrace here (KVM is nested PVM).
+	// RunscPlatform is gVisor's platform; "" picks systrap on a modern
+	// runsc and ptrace on Debian's (KVM is nested PVM here and hangs).
 	RunscPlatform string
 	AgentPath     string // kiln-agent binary (KILN_AGENT); default next to kiln
 	Mirror        string // Debian mirror for template builds (KILN_MIRROR)
@@ -53,14 +54,13 @@ func Default() Config {
 		agent = filepath.Join(filepath.Dir(exe), "kiln-agent")
 	}
 	return Config{
-		DataDir:       "/var/lib/kiln",
-		RunDir:        "/run/kiln",
-		Runtime:       "runsc",
-		RunscPath:     "runsc",
-		RuncPath:      "runc",
-		RunscPlatform: "ptrace",
-		AgentPath:     agent,
-		Mirror:        "http://deb.debian.org/debian",
+		DataDir:   "/var/lib/kiln",
+		RunDir:    "/run/kiln",
+		Runtime:   "runsc",
+		RunscPath: runscPath(),
+		RuncPath:  "runc",
+		AgentPath: agent,
+		Mirror:    "http://deb.debian.org/debian",
 		Limits: Limits{
 			DefaultCPUs: 1, MaxCPUs: float64(runtime.NumCPU()),
 			DefaultMemoryBytes: 512 * MiB, MaxMemoryBytes: 16 * GiB,
@@ -71,6 +71,17 @@ func Default() Config {
 			DefaultSandboxTimeout: 5 * time.Minute, MaxSandboxTimeout: 24 * time.Hour,
 		},
 	}
+}
+
+// ModernRunsc is where scripts/install-runsc.sh installs a recent, static
+// gVisor runsc; Kiln prefers it to Debian's.
+const ModernRunsc = "/usr/local/lib/kiln/runsc"
+
+func runscPath() string {
+	if _, err := os.Stat(ModernRunsc); err == nil {
+		return ModernRunsc
+	}
+	return "runsc"
 }
 
 // FromEnv returns the defaults overridden by KILN_* environment variables.

@@ -40,11 +40,10 @@ type CLI struct {
 }
 
 // Runsc returns gVisor's runsc. Sandboxes get no network but loopback
-// (--network=none, which overrides any --network in c.Flags); the platform
-// defaults to ptrace, the one that works on these hosts.
+// (--network=none, which overrides any --network in c.Flags). c.Flags
+// should carry RunscFlags' choices (platform, overlay).
 func Runsc(c Config) *CLI {
-	flags := []string{"--platform=ptrace"}
-	flags = append(flags, c.Flags...)
+	flags := append([]string(nil), c.Flags...)
 	flags = append(flags, "--network=none")
 	return newCLI("runsc", c, flags)
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
@@ -22,10 +23,12 @@ import (
 
 const memLimit = 256 << 20
 
-// runtimes lists the runtimes under test; each uses its own state root.
+// runtimes lists the runtimes under test, as Kiln configures them; each
+// uses its own state root.
 func runtimes() []*oci.CLI {
+	runsc := config.Default().RunscPath
 	return []*oci.CLI{
-		oci.Runsc(oci.Config{Root: "/run/kiln-test/runsc"}),
+		oci.Runsc(oci.Config{Binary: runsc, Root: "/run/kiln-test/runsc", Flags: oci.RunscFlags(context.Background(), runsc, "")}),
 		oci.Runc(oci.Config{Root: "/run/kiln-test/runc"}),
 	}
 }

@@ -1,9 +1,12 @@
 package oci
 
 import (
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -129,5 +132,31 @@ func TestCgroupStatsPath(t *testing.T) {
 	}
 	if _, err := CgroupStats("/kiln/no-such-sandbox"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("CgroupStats(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func TestRunscFlags(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(version string) string {
+		p := filepath.Join(dir, strings.ReplaceAll(version, " ", "_"))
+		os.WriteFile(p, []byte("#!/bin/sh\necho 'runsc version "+version+"'\necho 'spec: 1.0.2'\n"), 0o755)
+		return p
+	}
+	tests := []struct {
+		version, platform string
+		want              []string
+	}{
+		{"0.0~20221219.0", "", []string{"--platform=ptrace"}},
+		{"go-20260905035102-160fafc42237", "", []string{"--platform=systrap", "--overlay2=none"}},
+		{"release-20240101.0", "ptrace", []string{"--platform=ptrace", "--overlay2=none"}},
+	}
+	for _, tt := range tests {
+		got := RunscFlags(context.Background(), fake(tt.version), tt.platform)
+		if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+			t.Errorf("%s: got %v, want %v", tt.version, got, tt.want)
+		}
+	}
+	if got := RunscFlags(context.Background(), filepath.Join(dir, "missing"), ""); got[0] != "--platform=ptrace" {
+		t.Errorf("missing binary: %v", got)
 	}
 }

@@ -34,6 +34,7 @@ func TestCommands(t *testing.T) {
 			{"root", wire.ExecParams{Cmd: "id -u", User: wire.UserRoot}, "0\n", "", 0},
 			{"cwd", wire.ExecParams{Cmd: "pwd", Cwd: "/tmp"}, "/tmp\n", "", 0},
 			{"python", wire.ExecParams{Args: []string{"python3", "-c", "print(sum(range(10)))"}}, "45\n", "", 0},
+			{"coreutils stat", wire.ExecParams{Cmd: "ls -l /usr >/dev/null && stat -c %U /home/user"}, "user\n", "", 0},
 			{"writable tmp", wire.ExecParams{Cmd: "python3 -c 'import tempfile; tempfile.mkstemp(); print(1)'"}, "1\n", "", 0},
 			{"missing binary", wire.ExecParams{Args: []string{"/no/such/binary"}}, "", "", -1},
 		}

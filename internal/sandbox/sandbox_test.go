@@ -65,7 +65,7 @@ func testConfig(t *testing.T) sandbox.Config {
 
 func runtimes(cfg config.Config) map[string]oci.Runtime {
 	return map[string]oci.Runtime{
-		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc")}),
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(context.Background(), cfg.RunscPath, cfg.RunscPlatform)}),
 		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
 	}
 }
