@@ -116,3 +116,26 @@ type APIKey struct {
 	MaxSandboxes   int   `json:"max_sandboxes,omitempty"`
 	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
 }
+
+// CommandResult is the aggregated answer to a command run with
+// Accept: application/json instead of a stream.
+type CommandResult struct {
+	PID    int        `json:"pid"`
+	Stdout string     `json:"stdout"`
+	Stderr string     `json:"stderr"`
+	Exit   ExitStatus `json:"exit"`
+}
+
+// CreateKeyRequest is the body of POST /v1/keys (admin keys only).
+type CreateKeyRequest struct {
+	Name           string `json:"name"`
+	Admin          bool   `json:"admin,omitempty"`
+	MaxSandboxes   int    `json:"max_sandboxes,omitempty"`
+	MaxMemoryBytes int64  `json:"max_memory_bytes,omitempty"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status  string `json:"status"` // "ok"
+	Version string `json:"version"`
+}
