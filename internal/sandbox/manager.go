@@ -223,6 +223,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
+	t0 := time.Now()
 	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("mounting writable layer: %w", err)
@@ -243,12 +244,14 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, err
 	}
 	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	t1 := time.Now()
 	if b.pids, err = m.start(ctx, rt, id, bundle); err != nil {
 		return Sandbox{}, err
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
+	t2 := time.Now()
 	conn, err := connect(cctx, b.dir)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
@@ -262,7 +265,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	b.conn = conn
 	go m.watch(b, conn)
-	log.Info("sandbox created", "template", tmpl.Name)
+	log.Info("sandbox created", "template", tmpl.Name, "layer", t1.Sub(t0), "start", t2.Sub(t1),
+		"agent", time.Since(t2), "total", time.Since(now))
 	return b.rec, nil
 }
 
