@@ -183,7 +183,7 @@ func uploadScript(ctx context.Context, agent *sandbox.Agent, user string, args [
 // runtimes wires the configured OCI runtimes.
 func runtimes(ctx context.Context, cfg config.Config) map[string]oci.Runtime {
 	return map[string]oci.Runtime{
-		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(ctx, cfg.RunscPath, cfg.RunscPlatform)}),
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: append(oci.RunscFlags(ctx, cfg.RunscPath, cfg.RunscPlatform), cfg.RunscExtraFlags...)}),
 		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
 	}
 }

@@ -6,10 +6,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,10 +25,30 @@ type Config struct {
 	// RunscPlatform is gVisor's platform; "" picks systrap on a modern
 	// runsc and ptrace on Debian's (KVM is nested PVM here and hangs).
 	RunscPlatform string
-	AgentPath     string // kiln-agent binary (KILN_AGENT); default next to kiln
-	Mirror        string // Debian mirror for template builds (KILN_MIRROR)
+	// RunscExtraFlags are more global runsc flags, e.g. "--directfs=false"
+	// (KILN_RUNSC_FLAGS, space-separated).
+	RunscExtraFlags []string
+	AgentPath       string // kiln-agent binary (KILN_AGENT); default next to kiln
+	Mirror          string // Debian mirror for template builds (KILN_MIRROR)
 
 	Limits Limits
+	Server Server
+}
+
+// Server configures kiln serve.
+type Server struct {
+	Listen string // address of the HTTP API (KILN_LISTEN)
+	// Store names the storage backend (KILN_STORE): "" or "sqlite" for
+	// DataDir/kiln.db, "sqlite:/abs/path", or "postgres://…".
+	Store string
+	// Per-key quotas for keys that set none (KILN_MAX_SANDBOXES,
+	// KILN_MAX_MEMORY).
+	DefaultMaxSandboxes   int
+	DefaultMaxMemoryBytes int64
+	// ShutdownGrace is how long in-flight requests and streams may run on
+	// after SIGTERM before their contexts are cancelled
+	// (KILN_SHUTDOWN_GRACE).
+	ShutdownGrace time.Duration
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -70,6 +92,11 @@ func Default() Config {
 			DefaultOutputBytes: 16 * MiB, MaxOutputBytes: 1 * GiB,
 			DefaultSandboxTimeout: 5 * time.Minute, MaxSandboxTimeout: 24 * time.Hour,
 		},
+		Server: Server{
+			Listen:              "127.0.0.1:8420",
+			DefaultMaxSandboxes: 100, DefaultMaxMemoryBytes: 64 * GiB,
+			ShutdownGrace: 10 * time.Second,
+		},
 	}
 }
 
@@ -98,8 +125,35 @@ func FromEnv() Config {
 	str(&c.RunscPath, "KILN_RUNSC")
 	str(&c.RuncPath, "KILN_RUNC")
 	str(&c.RunscPlatform, "KILN_RUNSC_PLATFORM")
+	if v := os.Getenv("KILN_RUNSC_FLAGS"); v != "" {
+		c.RunscExtraFlags = strings.Fields(v)
+	}
 	str(&c.AgentPath, "KILN_AGENT")
 	str(&c.Mirror, "KILN_MIRROR")
+	str(&c.Server.Listen, "KILN_LISTEN")
+	str(&c.Server.Store, "KILN_STORE")
+	// Malformed numbers are kept as invalid values for Validate to report.
+	if v := os.Getenv("KILN_MAX_SANDBOXES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1
+		}
+		c.Server.DefaultMaxSandboxes = n
+	}
+	if v := os.Getenv("KILN_MAX_MEMORY"); v != "" {
+		n, err := ParseBytes(v)
+		if err != nil {
+			n = -1
+		}
+		c.Server.DefaultMaxMemoryBytes = n
+	}
+	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			d = -1
+		}
+		c.Server.ShutdownGrace = d
+	}
 	return c
 }
 
@@ -128,6 +182,24 @@ func (c *Config) Validate() error {
 	}
 	if l.DefaultDiskBytes < 64*MiB || l.DefaultDiskBytes > l.MaxDiskBytes {
 		errs = append(errs, errors.New("default disk must be at least 64 MiB and at most the maximum"))
+	}
+	errs = append(errs, c.Server.validate())
+	return errors.Join(errs...)
+}
+
+func (s Server) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen address %q: want host:port", s.Listen))
+	}
+	if s.DefaultMaxSandboxes < 1 {
+		errs = append(errs, errors.New("default max sandboxes per key (KILN_MAX_SANDBOXES) must be a positive number"))
+	}
+	if s.DefaultMaxMemoryBytes < 64*MiB {
+		errs = append(errs, errors.New("default max memory per key (KILN_MAX_MEMORY) must be a size of at least 64M"))
+	}
+	if s.ShutdownGrace < 0 {
+		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))
 	}
 	return errors.Join(errs...)
 }
