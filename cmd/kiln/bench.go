@@ -12,8 +12,6 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/config"
-	"github.com/kiln-sh/kiln/internal/sandbox"
-	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -28,21 +26,11 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	stateDir, err := os.MkdirTemp(cfg.DataDir, "bench-")
+	m, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(stateDir)
-	st, err := sqlite.Open(ctx, ":memory:")
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+	defer closeManager()
 	opts := bench.Options{Runtimes: strings.Split(*rts, ","), Creates: *creates, Execs: *execs, Idle: *idle, Progress: os.Stderr}
 	if t, err := template.Lookup(cfg.DataDir, "base"); err == nil {
 		opts.Rootfs = t.Rootfs

@@ -97,23 +97,11 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 	opts.Env = env
 
-	// A private state dir: kiln run never adopts or touches the server's
-	// sandboxes, and cleans up after itself.
-	stateDir, err := os.MkdirTemp(filepath.Join(cfg.DataDir), "run-")
-	if err != nil {
-		return fmt.Errorf("creating state dir: %w", err)
-	}
-	defer os.RemoveAll(stateDir)
-	st, err := sqlite.Open(ctx, ":memory:")
+	m, closeManager, err := privateManager(ctx, cfg, log, "run-")
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
+	defer closeManager()
 	sb, err := m.Create(ctx, opts)
 	if err != nil {
 		return err
@@ -178,6 +166,32 @@ func uploadScript(ctx context.Context, agent *sandbox.Agent, user string, args [
 		argv = append(append([]string(nil), interp...), argv...)
 	}
 	return argv, nil
+}
+
+// privateManager is a Manager for one command's own sandboxes (kiln run,
+// kiln bench): a private state dir and an in-memory store, so it never
+// adopts or touches a server's sandboxes; close removes both.
+func privateManager(ctx context.Context, cfg config.Config, log *slog.Logger, prefix string) (*sandbox.Manager, func(), error) {
+	stateDir, err := os.MkdirTemp(cfg.DataDir, prefix)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, sqlite.Memory)
+	if err != nil {
+		os.RemoveAll(stateDir)
+		return nil, nil, err
+	}
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
+	if err != nil {
+		st.Close()
+		os.RemoveAll(stateDir)
+		return nil, nil, err
+	}
+	return m, func() {
+		m.Close()
+		st.Close()
+		os.RemoveAll(stateDir)
+	}, nil
 }
 
 // runtimes wires the configured OCI runtimes.
