@@ -97,7 +97,7 @@ func (m *Manager) reconnect(ctx context.Context, rec Sandbox, rt oci.Runtime, di
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	conn, err := connect(cctx, dir)
+	conn, err := connect(cctx, dir, false)
 	if err != nil {
 		return err
 	}

@@ -245,14 +245,25 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
 	t1 := time.Now()
-	if b.pids, err = m.start(ctx, rt, id, bundle); err != nil {
+	if err := m.start(ctx, rt, id, bundle); err != nil {
 		return Sandbox{}, err
 	}
 
+	// Learn the runtime's processes (for reaping them later) while the
+	// agent starts up.
+	pidsc := make(chan []int, 1)
+	go func() {
+		var pids []int
+		if st, err := rt.State(ctx, id.String()); err == nil {
+			pids = append([]int{st.Pid}, st.HelperPids...)
+		}
+		pidsc <- pids
+	}()
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	t2 := time.Now()
-	conn, err := connect(cctx, b.dir)
+	conn, err := connect(cctx, b.dir, true)
+	b.pids = <-pidsc
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
 	}
@@ -274,7 +285,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 // FIFOs in the sandbox dir. The container holds both read-write, so it
 // never sees EOF or EPIPE while kiln serve restarts; we re-open them by
 // path.
-func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) (pids []int, err error) {
+func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
 	var files []*os.File
 	defer func() {
 		for _, f := range files {
@@ -284,33 +295,31 @@ func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundl
 	for _, name := range []string{stdinFIFO, stdoutFIFO} {
 		p := filepath.Join(b.Dir, name)
 		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			return nil, fmt.Errorf("creating agent fifo: %w", err)
+			return fmt.Errorf("creating agent fifo: %w", err)
 		}
 		f, err := os.OpenFile(p, os.O_RDWR, 0)
 		if err != nil {
-			return nil, fmt.Errorf("opening agent fifo: %w", err)
+			return fmt.Errorf("opening agent fifo: %w", err)
 		}
 		files = append(files, f)
 	}
 	logf, err := os.OpenFile(filepath.Join(b.Dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("opening agent log: %w", err)
+		return fmt.Errorf("opening agent log: %w", err)
 	}
 	files = append(files, logf)
 	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: logf}); err != nil {
-		return nil, fmt.Errorf("creating container: %w", err)
-	}
-	if st, err := rt.State(ctx, id.String()); err == nil {
-		pids = append([]int{st.Pid}, st.HelperPids...)
+		return fmt.Errorf("creating container: %w", err)
 	}
 	if err := rt.Start(ctx, id.String()); err != nil {
-		return pids, fmt.Errorf("starting container: %w", err)
+		return fmt.Errorf("starting container: %w", err)
 	}
-	return pids, nil
+	return nil
 }
 
-// connect opens a new channel session on a sandbox's agent FIFOs.
-func connect(ctx context.Context, dir string) (*channel.Conn, error) {
+// connect opens a new channel session on a sandbox's agent FIFOs; fresh
+// says no session used them before.
+func connect(ctx context.Context, dir string, fresh bool) (*channel.Conn, error) {
 	// Non-blocking opens: the read end succeeds at once, and the write end
 	// fails with ENXIO instead of hanging if the agent is gone.
 	out, err := os.OpenFile(filepath.Join(dir, stdoutFIFO), os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -321,6 +330,9 @@ func connect(ctx context.Context, dir string) (*channel.Conn, error) {
 	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("opening agent input: %w", err)
+	}
+	if fresh {
+		return channel.ConnectFresh(ctx, out, in)
 	}
 	return channel.Connect(ctx, out, in)
 }

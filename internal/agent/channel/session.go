@@ -103,6 +103,17 @@ type Conn struct {
 // half-written frame a previous session left, sends Hello and discards
 // everything until the matching acknowledgement. Close closes r and w.
 func Connect(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Conn, error) {
+	return dial(ctx, r, w, true)
+}
+
+// ConnectFresh is Connect for pipes no session has used yet (a sandbox
+// that just started): there is nothing to resynchronise, so it skips the
+// padding.
+func ConnectFresh(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Conn, error) {
+	return dial(ctx, r, w, false)
+}
+
+func dial(ctx context.Context, r io.ReadCloser, w io.WriteCloser, pad bool) (*Conn, error) {
 	c := &Conn{s: &session{w: w, streams: make(map[uint32]*Stream)}, r: r, w: w, done: make(chan struct{})}
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
@@ -114,9 +125,11 @@ func Connect(ctx context.Context, r io.ReadCloser, w io.WriteCloser) (*Conn, err
 	b, _ := json.Marshal(hello)
 	sent := make(chan error, 1)
 	go func() {
-		if _, err := w.Write(make([]byte, padSize)); err != nil {
-			sent <- fmt.Errorf("writing resync padding: %w", err)
-			return
+		if pad {
+			if _, err := w.Write(make([]byte, padSize)); err != nil {
+				sent <- fmt.Errorf("writing resync padding: %w", err)
+				return
+			}
 		}
 		sent <- c.s.write(nil, Frame{Type: frameHello, Payload: b})
 	}()
