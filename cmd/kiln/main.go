@@ -16,15 +16,21 @@ import (
 const usage = `kiln: self-hosted sandboxes for AI agents
 
 Usage:
+  kiln serve [flags]                     serve the REST API (KILN_LISTEN, KILN_STORE)
   kiln run [flags] -- COMMAND [ARG...]   run a command in a fresh sandbox, then destroy it
   kiln run [flags] SCRIPT                run a script file (.py, .sh, ...) the same way
   kiln template build [NAME...]          build (or check) templates; default: all built-ins
   kiln template ls                       list built templates
   kiln bench [flags]                     measure sandbox latency and memory (docs/benchmarks.md)
+  kiln sandbox create|ls|get|exec|...    manage a server's sandboxes (kiln sandbox -h)
+  kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
+  kiln keys create|ls|revoke             manage a server's API keys (admin key)
   kiln version                           print the version
 
 Run 'kiln COMMAND -h' for a command's flags. Environment: KILN_DATA_DIR
-(default /var/lib/kiln), KILN_RUNTIME (runsc or runc), KILN_AGENT.
+(default /var/lib/kiln), KILN_RUNTIME (runsc or runc), KILN_AGENT; for
+the sandbox, files and keys commands KILN_URL (default
+http://127.0.0.1:8420) and KILN_API_KEY.
 `
 
 // version is set by the build (-ldflags "-X main.version=...").
@@ -58,12 +64,20 @@ func run(ctx context.Context, args []string) error {
 	cfg := config.FromEnv()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch args[0] {
+	case "serve":
+		return serveCmd(ctx, cfg, args[1:])
 	case "run":
 		return runCmd(ctx, cfg, log, args[1:])
 	case "bench":
 		return benchCmd(ctx, cfg, log, args[1:])
 	case "template":
 		return templateCmd(ctx, cfg, args[1:])
+	case "sandbox":
+		return sandboxCmd(ctx, args[1:])
+	case "files":
+		return filesCmd(ctx, args[1:])
+	case "keys":
+		return keysCmd(ctx, args[1:])
 	case "version", "--version":
 		fmt.Println("kiln", version)
 		return nil

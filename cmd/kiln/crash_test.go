@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
+
+// startServe starts `kiln serve` on dataDir and waits until it answers. On the
+// first start it returns the admin key it prints.
+func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	stdout, _ := cmd.StdoutPipe()
+	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	keyc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
+				keyc <- m[1]
+			}
+		}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(logf.Name())
+			t.Fatalf("kiln serve did not come up: %v\n%s", err, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case k := <-keyc:
+		return cmd, k
+	case <-time.After(500 * time.Millisecond):
+		return cmd, ""
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeSurvivesKill9 kills kiln serve with SIGKILL in the middle of
+// creates and commands and starts it again on the same data dir: every
+// sandbox acknowledged before the crash is either running and usable, with
+// its processes and files, or failed with a reason; nothing is leaked.
+func TestServeSurvivesKill9(t *testing.T) {
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	kiln := buildKiln(t)
+	dataDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	srv, key := startServe(t, kiln, dataDir, addr)
+	if key == "" {
+		t.Fatal("first start printed no admin key")
+	}
+	c := client.New("http://"+addr, key)
+	ctx := context.Background()
+
+	// Settled sandboxes with state the restart must keep.
+	type settled struct {
+		id, runtime string
+		pid         int
+	}
+	var keep []settled
+	for _, rt := range []string{"runsc", "runc"} {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: rt, Timeout: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteFile(ctx, sb.ID, "state.txt", strings.NewReader("kept")); err != nil {
+			t.Fatal(err)
+		}
+		pid, err := c.Start(ctx, sb.ID, api.CommandRequest{Cmd: "for i in $(seq 1 60); do echo tick $i; sleep 0.1; done", Timeout: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep = append(keep, settled{sb.ID, rt, pid})
+	}
+
+	// Chaos: creates and commands in flight when the server dies.
+	cctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var acked []string
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			rt := []string{"runc", "runsc"}[i%2]
+			for cctx.Err() == nil {
+				sb, err := c.CreateSandbox(cctx, api.CreateSandboxRequest{Runtime: rt, Timeout: 600})
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				acked = append(acked, sb.ID)
+				mu.Unlock()
+				c.Run(cctx, sb.ID, api.CommandRequest{Cmd: "echo hi; sleep 0.2; echo bye"}, client.RunOptions{})
+			}
+		})
+	}
+	time.Sleep(1500 * time.Millisecond)
+	srv.Process.Signal(syscall.SIGKILL)
+	srv.Wait()
+	cancel()
+	wg.Wait()
+	t.Logf("killed the server with %d sandboxes acknowledged during the chaos", len(acked))
+
+	srv, _ = startServe(t, kiln, dataDir, addr)
+	defer func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+	}()
+
+	live := map[string]bool{}
+	for _, k := range keep {
+		sb, err := c.GetSandbox(ctx, k.id)
+		if err != nil || sb.State != "running" {
+			t.Fatalf("settled %s sandbox after restart: %+v, %v", k.runtime, sb, err)
+		}
+		var got bytes.Buffer
+		if _, err := c.ReadFile(ctx, k.id, "state.txt", &got); err != nil || got.String() != "kept" {
+			t.Errorf("file after restart: %q, %v", got.String(), err)
+		}
+		var out strings.Builder
+		res, err := c.Attach(ctx, k.id, k.pid, 0, client.RunOptions{OnStdout: func(b []byte) { out.Write(b) }})
+		if err != nil || res.Exit.Code != 0 || !strings.Contains(out.String(), "tick 60\n") {
+			t.Errorf("background command across the crash: exit %+v, err %v, output tail %q", res.Exit, err, tail(out.String()))
+		}
+		live[k.id] = true
+	}
+	for _, id := range acked {
+		sb, err := c.GetSandbox(ctx, id)
+		if err != nil {
+			t.Errorf("acknowledged sandbox %s lost: %v", id, err)
+			continue
+		}
+		switch sb.State {
+		case "running":
+			r, err := c.Output(ctx, id, api.CommandRequest{Cmd: "echo ok"})
+			if err != nil || r.Stdout != "ok\n" {
+				t.Errorf("re-adopted sandbox %s unusable: %+v, %v", id, r, err)
+			}
+			live[id] = true
+		case "failed":
+			if sb.Reason == "" {
+				t.Errorf("sandbox %s failed without a reason", id)
+			}
+		default:
+			t.Errorf("sandbox %s is %s after restart", id, sb.State)
+		}
+	}
+
+	// Nothing leaked: the only sandbox dirs, mounts and containers left are
+	// those of running sandboxes.
+	dirs, _ := os.ReadDir(filepath.Join(dataDir, "sandboxes"))
+	for _, d := range dirs {
+		if !live[d.Name()] {
+			t.Errorf("leaked sandbox dir %s", d.Name())
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if i := strings.Index(l, filepath.Join(dataDir, "sandboxes")+"/"); i >= 0 {
+			id := strings.SplitN(l[i+len(dataDir)+len("/sandboxes/"):], "/", 2)[0]
+			if !live[id] {
+				t.Errorf("leaked mount: %s", l)
+			}
+		}
+	}
+	for _, rt := range []string{"runsc", "runc"} {
+		out, _ := exec.Command(map[string]string{"runsc": config.Default().RunscPath, "runc": "runc"}[rt],
+			"--root", filepath.Join("/run/kiln", rt), "list", "-q").Output()
+		for _, id := range strings.Fields(string(out)) {
+			if _, err := c.GetSandbox(ctx, id); err == nil && !live[id] {
+				t.Errorf("leaked %s container %s", rt, id)
+			}
+		}
+	}
+	for id := range live {
+		if err := c.KillSandbox(ctx, id); err != nil {
+			t.Errorf("killing %s: %v", id, err)
+		}
+	}
+}
+
+func tail(s string) string {
+	if len(s) > 200 {
+		return s[len(s)-200:]
+	}
+	return s
+}

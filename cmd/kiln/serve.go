@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/metrics"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/server"
+	"github.com/kiln-sh/kiln/internal/store"
+)
+
+const serveUsage = `Usage:
+  kiln serve [flags]
+
+Serves the REST API. Sandboxes outlive the server: a restarted server
+re-adopts them. On the first start with an empty store it prints an admin
+API key once. Logs are JSON on stderr.
+
+Flags (environment in parentheses):
+`
+
+func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), serveUsage); fs.PrintDefaults() }
+	fs.StringVar(&cfg.Server.Listen, "listen", cfg.Server.Listen, "address to serve the API on (KILN_LISTEN)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory: templates, sandboxes, sqlite store (KILN_DATA_DIR)")
+	fs.StringVar(&cfg.Server.Store, "store", cfg.Server.Store, `"sqlite" (DATA_DIR/kiln.db), "sqlite:/abs/path" or "postgres://…" (KILN_STORE)`)
+	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "default runtime: runsc or runc (KILN_RUNTIME)")
+	fs.DurationVar(&cfg.Server.ShutdownGrace, "shutdown-grace", cfg.Server.ShutdownGrace, "how long streams may run on after SIGTERM (KILN_SHUTDOWN_GRACE)")
+	debug := fs.Bool("debug", false, "log at debug level")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
+		return exitError{2}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if err := raiseNofile(); err != nil {
+		log.Warn("cannot raise the open files limit", "err", err)
+	}
+	return serve(ctx, cfg, log)
+}
+
+// serve runs the API until ctx is done, then drains it.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	st, err := store.Open(ctx, cfg.Server.Store, cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	m, err := sandbox.NewManager(ctx, sandbox.Config{
+		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st,
+	}, runtimes(ctx, cfg), log.With("component", "manager"))
+	if err != nil {
+		return err
+	}
+	// Sandboxes keep running: the next start re-adopts them.
+	defer m.Close()
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return fmt.Errorf("listening: %w", err)
+	}
+	if err := bootstrapKey(ctx, st, clientURL(ln.Addr())); err != nil {
+		ln.Close()
+		return err
+	}
+	h := server.New(server.Options{
+		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: version,
+	})
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.Server.ShutdownGrace)
+	gctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
+	defer cancel()
+	_ = hs.Shutdown(gctx) // stops accepting; waits for plain requests and NDJSON streams
+	_ = h.Shutdown(gctx)  // drains WebSocket streams, then cancels what is left
+	_ = hs.Close()
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving: %w", err)
+	}
+	log.Info("stopped; sandboxes keep running for the next start")
+	return nil
+}
+
+// bootstrapKey makes an admin key when the store has none and prints it,
+// once, to stdout.
+func bootstrapKey(ctx context.Context, st apikey.Store, url string) error {
+	keys, err := st.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("listing API keys: %w", err)
+	}
+	if len(keys) > 0 {
+		return nil
+	}
+	k, secret := apikey.New("admin", true)
+	if err := st.CreateKey(ctx, k); err != nil {
+		return fmt.Errorf("creating the admin API key: %w", err)
+	}
+	fmt.Printf(`
+================================================================================
+  Kiln created an admin API key. It is shown ONCE: only its hash is stored.
+
+      %s
+
+  Use it with:
+
+      export KILN_URL=%s
+      export KILN_API_KEY=%s
+================================================================================
+
+`, secret, url, secret)
+	return nil
+}
+
+// clientURL is the URL a local client reaches the listener at.
+func clientURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// raiseNofile sets the open files soft limit to the hard limit explicitly,
+// so that the runtimes we start inherit it (Go raises it for itself only)
+// and sandboxes, whose nofile limit oci caps at ours, get the most.
+func raiseNofile() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur = lim.Max
+	return unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+}

@@ -1,0 +1,200 @@
+// Package server is Kiln's HTTP API: the REST routes of api/openapi.yaml on
+// a stdlib ServeMux, API-key auth, NDJSON and WebSocket streams, and the one
+// mapping from error classes to HTTP statuses (errors.go). Handlers decode,
+// call sandbox.Manager or a sandbox's Agent, and encode; they never touch
+// the host's file system.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/metrics"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+)
+
+// Options wire a Server.
+type Options struct {
+	Manager *sandbox.Manager
+	Keys    apikey.Store
+	Log     *slog.Logger
+	// Metrics may be nil: then nothing is recorded and GET /metrics is
+	// 404.
+	Metrics *metrics.Metrics
+	// Config supplies limits and per-key quota defaults; zero fields take
+	// config.Default().
+	Config  config.Config
+	Version string
+	// KeyCacheTTL bounds how long a key lookup is reused, hence how long a
+	// revocation on another node takes to bite (default 1s; negative
+	// disables the cache).
+	KeyCacheTTL time.Duration
+	// PingInterval is the silence after which streams send a ping event
+	// (default 15s).
+	PingInterval time.Duration
+}
+
+// Server serves the API. It is an http.Handler; Shutdown drains its
+// streams.
+type Server struct {
+	m       *sandbox.Manager
+	keys    *keyCache
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	cfg     config.Config
+	version string
+	ping    time.Duration
+
+	mux     *http.ServeMux
+	handler http.Handler
+	routes  []string
+
+	// streams are the in-flight streaming responses; drain is cancelled
+	// when Shutdown's grace period is over.
+	streams     sync.WaitGroup
+	drain       context.Context
+	cancelDrain context.CancelFunc
+}
+
+// New builds the API's handler.
+func New(o Options) *Server {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Config.Server.DefaultMaxSandboxes == 0 {
+		o.Config.Server = config.Default().Server
+	}
+	if o.Config.Limits.MaxCommandTimeout == 0 {
+		o.Config.Limits = config.Default().Limits
+	}
+	if o.KeyCacheTTL == 0 {
+		o.KeyCacheTTL = time.Second
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 15 * time.Second
+	}
+	s := &Server{
+		m: o.Manager, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
+		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
+		mux: http.NewServeMux(),
+	}
+	s.drain, s.cancelDrain = context.WithCancel(context.Background())
+	s.register()
+	s.handler = s.observe(s.mux)
+	return s
+}
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Routes returns the registered "METHOD /pattern" strings, in
+// registration order.
+func Routes() []string { return New(Options{}).routes }
+
+// register names every route. Keep in step with api/openapi.yaml.
+func (s *Server) register() {
+	s.route("GET /healthz", s.health, public)
+	s.route("GET /metrics", s.serveMetrics, 0)
+
+	s.route("POST /v1/sandboxes", s.createSandbox, 0)
+	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
+	s.route("GET /v1/sandboxes/{id}", s.getSandbox, 0)
+	s.route("DELETE /v1/sandboxes/{id}", s.killSandbox, 0)
+	s.route("POST /v1/sandboxes/{id}/timeout", s.setTimeout, 0)
+	s.route("GET /v1/sandboxes/{id}/usage", s.usage, 0)
+
+	s.route("POST /v1/sandboxes/{id}/commands", s.runCommand, 0)
+	s.route("GET /v1/sandboxes/{id}/commands", s.listCommands, 0)
+	s.route("GET /v1/sandboxes/{id}/commands/{pid}/events", s.commandEvents, 0)
+	s.route("POST /v1/sandboxes/{id}/commands/{pid}/stdin", s.commandStdin, 0)
+	s.route("POST /v1/sandboxes/{id}/commands/{pid}/signal", s.signalCommand, 0)
+	s.route("POST /v1/sandboxes/{id}/commands/{pid}/resize", s.resizeCommand, 0)
+
+	s.route("GET /v1/sandboxes/{id}/files", s.readFile, 0)
+	s.route("PUT /v1/sandboxes/{id}/files", s.writeFile, 0)
+	s.route("POST /v1/sandboxes/{id}/files", s.uploadFiles, 0)
+	s.route("DELETE /v1/sandboxes/{id}/files", s.removeFile, 0)
+	s.route("GET /v1/sandboxes/{id}/files/list", s.listFiles, 0)
+	s.route("GET /v1/sandboxes/{id}/files/stat", s.statFile, 0)
+	s.route("POST /v1/sandboxes/{id}/files/mkdir", s.mkdir, 0)
+	s.route("POST /v1/sandboxes/{id}/files/move", s.moveFile, 0)
+	s.route("GET /v1/sandboxes/{id}/files/watch", s.watchFiles, 0)
+
+	s.route("GET /v1/keys", s.listKeys, adminOnly)
+	s.route("POST /v1/keys", s.createKey, adminOnly)
+	s.route("DELETE /v1/keys/{id}", s.revokeKey, adminOnly)
+
+	// Everything else answers with an api.Error too.
+	s.mux.Handle("/", s.adapt(s.notFound, public))
+}
+
+// routeFlags say who may call a route.
+type routeFlags int
+
+const (
+	public    routeFlags = 1 << iota // no API key needed
+	adminOnly                        // admin keys only
+)
+
+// handlerFunc is a handler that returns its error for ServeHTTP to write.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) route(pattern string, h handlerFunc, f routeFlags) {
+	s.routes = append(s.routes, pattern)
+	s.mux.Handle(pattern, s.adapt(h, f))
+}
+
+// adapt authenticates (unless public), runs h and writes its error.
+func (s *Server) adapt(h handlerFunc, f routeFlags) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.recover(w, r)
+		err := s.authenticate(r, f)
+		if err == nil {
+			err = h(w, r)
+		}
+		if err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// recover turns a handler's panic into an internal error; a deliberate
+// http.ErrAbortHandler passes through.
+func (s *Server) recover(w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	s.writeError(w, r, fmt.Errorf("handler panic: %v\n%s", v, debug.Stack()))
+}
+
+// Shutdown waits for in-flight streams to end until ctx is done, then
+// cancels them and waits a little for their handlers to return. Call it
+// after http.Server.Shutdown began refusing new connections; hijacked
+// WebSocket streams are invisible to http.Server, so this is what drains
+// them.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	s.cancelDrain()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
+	return ctx.Err()
+}
