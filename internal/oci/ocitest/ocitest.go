@@ -10,10 +10,10 @@ import (
 	"github.com/kiln-sh/kiln/internal/rootfs"
 )
 
-// Template rootfs locations, in lookup order after $KILN_TEST_ROOTFS.
+// Template rootfs locations, in lookup order after $KILN_TEST_ROOTFS:
+// the base template that make setup builds.
 var templateRootfs = []string{
 	"/var/lib/kiln/templates/base/current/rootfs",
-	"/var/tmp/kiln-exp/rootfs",
 }
 
 // Rootfs returns the template rootfs for tests: $KILN_TEST_ROOTFS if set,
