@@ -176,8 +176,16 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("Kill: %v", err)
 		}
 		s.waitStatus(t, oci.StatusStopped)
-		if err := rt.Delete(ctx, s.id, false); err != nil {
-			t.Fatalf("Delete: %v", err)
+		// runsc may report stopped a moment before its sandbox process
+		// has gone, and refuses a plain delete until then.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := rt.Delete(ctx, s.id, false)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Delete: %v", err)
+			}
 		}
 		if _, err := rt.State(ctx, s.id); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("State after Delete = %v, want ErrNotFound", err)
