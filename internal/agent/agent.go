@@ -51,6 +51,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 			MemoryLimit: cfg.MemoryLimit,
 			OOMGuard:    cfg.OOMGuard,
 			PidsLimit:   cfg.PidsLimit,
+			PidsCgroup:  cfg.PidsCgroup,
 		}),
 		files: files.New(log.With("component", "files")),
 	}

@@ -22,6 +22,8 @@ import (
 //	                      most tasks when the sandbox exceeds this many
 //	                      tasks (for gVisor, whose host pids limit would
 //	                      kill the whole sandbox)
+//	KILN_PIDS_CGROUP      tasks file of the pids cgroup to start processes in
+//	                      (runc: the host mounts it; see process.forker)
 //	KILN_OUTPUT_LIMIT     default cap on one process's stdout+stderr bytes
 //	                      (16 MiB)
 //	KILN_REPLAY_BYTES     per-process replay buffer for re-attaching (1 MiB)
@@ -35,6 +37,7 @@ type Config struct {
 	MemoryLimit int64
 	OOMGuard    bool
 	PidsLimit   int64
+	PidsCgroup  string
 	OutputLimit int64
 	ReplayBytes int64
 	History     int
@@ -77,6 +80,8 @@ func ConfigFromEnv(environ []string) (Config, error) {
 			c.MemoryLimit, err = parseBytes(v)
 		case "KILN_OOM_GUARD":
 			c.OOMGuard, err = strconv.ParseBool(v)
+		case "KILN_PIDS_CGROUP":
+			c.PidsCgroup = v
 		case "KILN_PIDS_LIMIT":
 			c.PidsLimit, err = strconv.ParseInt(v, 10, 64)
 		case "KILN_OUTPUT_LIMIT":

@@ -6,6 +6,10 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
+// PidsMount is where SpecOptions.PidsCgroup appears inside the sandbox;
+// the agent dir must contain an empty "pids" dir as its mount point.
+const PidsMount = "/.kiln/pids"
+
 // AgentMount is where SpecOptions.AgentDir appears inside the sandbox.
 const AgentMount = "/.kiln"
 
@@ -23,14 +27,18 @@ type Limits struct {
 
 // SpecOptions describes one sandbox's container.
 type SpecOptions struct {
-	Rootfs         string // absolute path of the root filesystem
-	Args           []string
-	Env            []string // KEY=value; PATH defaults to DefaultPath
-	Cwd            string   // default "/"
-	Hostname       string
-	Limits         Limits
-	CgroupsPath    string // e.g. "/kiln/<id>"
-	AgentDir       string // host dir bind-mounted read-only at AgentMount; optional
+	Rootfs      string // absolute path of the root filesystem
+	Args        []string
+	Env         []string // KEY=value; PATH defaults to DefaultPath
+	Cwd         string   // default "/"
+	Hostname    string
+	Limits      Limits
+	CgroupsPath string // e.g. "/kiln/<id>"
+	AgentDir    string // host dir bind-mounted read-only at AgentMount; optional
+	// PidsCgroup is a host pids cgroup dir bind-mounted read-write at
+	// PidsMount, for the agent to start processes in (see
+	// internal/sandbox); it must be inside the container's own cgroup.
+	PidsCgroup     string
 	ReadonlyRootfs bool
 }
 
@@ -98,6 +106,12 @@ func NewSpec(o SpecOptions) *specs.Spec {
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: AgentMount, Type: "bind", Source: o.AgentDir,
 			Options: []string{"rbind", "ro", "nosuid", "nodev"},
+		})
+	}
+	if o.PidsCgroup != "" {
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: PidsMount, Type: "bind", Source: o.PidsCgroup,
+			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"},
 		})
 	}
 	return s

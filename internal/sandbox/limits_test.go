@@ -49,9 +49,8 @@ try:
 except OSError as e:
     print("contained after", n, e.errno)
 `}, TimeoutMs: 60_000})
-			// runc: the kernel's pids cgroup makes fork fail. runsc: the
-			// agent's guard kills the tree (the host cgroup would kill
-			// the whole sandbox).
+			// runc: the kernel's limit on the user cgroup makes fork
+			// fail. runsc: the agent's guard kills the tree.
 			switch {
 			case strings.Contains(r.stdout, "contained after"):
 				n, _ := strconv.Atoi(strings.Fields(r.stdout)[2])

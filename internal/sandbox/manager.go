@@ -129,11 +129,12 @@ func installAgent(src, dataDir string) (string, error) {
 	sum := sha256.Sum256(b)
 	dir := filepath.Join(dataDir, "agent", hex.EncodeToString(sum[:8]))
 	dst := filepath.Join(dir, "kiln-agent")
+	// pids is the mount point of the user pids cgroup (oci.PidsMount).
+	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
+		return "", fmt.Errorf("creating agent dir: %w", err)
+	}
 	if _, err := os.Stat(dst); err == nil {
 		return dir, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating agent dir: %w", err)
 	}
 	tmp := dst + ".tmp" + strconv.Itoa(os.Getpid())
 	if err := os.WriteFile(tmp, b, 0o755); err != nil {
@@ -230,6 +231,13 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	undo = append(undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
 
+	var pidsCgroup string
+	if rt.Name() == "runc" {
+		if pidsCgroup, err = makeUserPidsCgroup(id, limits.Pids); err != nil {
+			return Sandbox{}, err
+		}
+		undo = append(undo, func(context.Context) error { return removeUserPidsCgroup(id) })
+	}
 	bundle := &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
 		Rootfs:      layer.Rootfs(),
 		Args:        []string{agentBinary},
@@ -239,6 +247,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		Limits:      m.runtimeLimits(rt.Name(), limits),
 		CgroupsPath: cgroupsPath(id),
 		AgentDir:    m.agentDir,
+		PidsCgroup:  pidsCgroup,
 	})}
 	if err := bundle.Write(); err != nil {
 		return Sandbox{}, err
@@ -345,8 +354,11 @@ func (m *Manager) agentEnv(s Sandbox) []string {
 		"KILN_MEMORY_LIMIT=" + strconv.FormatInt(s.Limits.MemoryBytes, 10),
 		"KILN_OUTPUT_LIMIT=" + strconv.FormatInt(m.cfg.Limits.DefaultOutputBytes, 10),
 	}
+	// See runtimeLimits for who enforces which limit.
 	if s.Runtime == "runsc" {
 		env = append(env, "KILN_OOM_GUARD=1", "KILN_PIDS_LIMIT="+strconv.FormatInt(s.Limits.Pids, 10))
+	} else {
+		env = append(env, "KILN_PIDS_CGROUP="+oci.PidsMount+"/tasks")
 	}
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		env = append(env, k+"="+s.Env[k])
@@ -354,20 +366,26 @@ func (m *Manager) agentEnv(s Sandbox) []string {
 	return env
 }
 
-// runtimeLimits are the cgroup limits given to the runtime. gVisor's
-// sentry and gofer live in the sandbox's cgroup too (with ~50 threads of
-// their own, and on ptrace ~5 host tasks per sandboxed process: measured
-// 1130 host tasks for 200 forked Python processes), and
-// reaching either host limit kills the whole sandbox. So runsc gets
-// headroom, and the agent's guard enforces the sandbox's own limits
-// inside; the host limits are only a backstop.
+// runtimeLimits are the cgroup limits given to the runtime. The agent
+// (PID 1, a Go program) needs threads of its own, and the Go runtime dies
+// when it cannot create one, so the sandbox's pids limit must not starve
+// it:
+//   - runc: the container's cgroup gets 64 tasks of headroom, and the
+//     sandbox's own limit sits on a child cgroup that the agent starts every
+//     process in (see userPidsCgroup and the agent's forker), so a fork
+//     bomb gets EAGAIN from the kernel and the agent lives on. The kernel's
+//     OOM killer picks a process inside the container, as wanted.
+//   - runsc: the host cgroup holds the sentry and gofer (~50 threads, and on
+//     ptrace ~5 host tasks per sandboxed process: 1130 for 200 forked Python
+//     processes), and reaching any host limit kills the whole sandbox; so
+//     the host limits are backstops with headroom, and the agent's guard
+//     enforces the sandbox's memory and pids limits inside by killing the
+//     offending process tree.
 func (m *Manager) runtimeLimits(runtime string, l Limits) oci.Limits {
-	mem, pids := l.MemoryBytes, l.Pids
 	if runtime == "runsc" {
-		mem += mem/4 + 128*config.MiB
-		pids = pids*8 + 256
+		return oci.Limits{MemoryBytes: l.MemoryBytes + l.MemoryBytes/4 + 128*config.MiB, CPUs: l.CPUs, Pids: l.Pids*8 + 256}
 	}
-	return oci.Limits{MemoryBytes: mem, CPUs: l.CPUs, Pids: pids}
+	return oci.Limits{MemoryBytes: l.MemoryBytes, CPUs: l.CPUs, Pids: l.Pids + 64}
 }
 
 func cgroupsPath(id ID) string { return "/kiln/" + id.String() }
@@ -399,6 +417,7 @@ func (m *Manager) watch(b *box, conn *channel.Conn) {
 	if err := conn.Err(); err != nil && !errors.Is(err, io.EOF) {
 		reason += ": " + err.Error()
 	}
+	reason += agentLogTail(b.dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.destroy(ctx, b.rec.ID, StateFailed, reason); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,12 +28,45 @@ func becomeSubreaper() error {
 	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 }
 
-// sandboxPids lists the host pids of a sandbox: those in its cgroup, and
-// those whose command line names its directory (runsc's gofer, which may
-// live outside the cgroup and outlive a dead sentry).
+// userPidsCgroup is the child of a runc sandbox's pids cgroup that holds
+// the processes started through the agent, under the sandbox's pids limit.
+func userPidsCgroup(id ID) string {
+	return filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id), "user")
+}
+
+// makeUserPidsCgroup creates the user pids cgroup (and so the sandbox's
+// own, which runc then joins) with the sandbox's pids limit.
+func makeUserPidsCgroup(id ID, limit int64) (string, error) {
+	dir := userPidsCgroup(id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("creating pids cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatInt(limit, 10)), 0); err != nil {
+		return "", fmt.Errorf("setting pids limit: %w", err)
+	}
+	return dir, nil
+}
+
+// removeUserPidsCgroup removes the user pids cgroup once it is empty; a
+// missing one is fine.
+func removeUserPidsCgroup(id ID) error {
+	if err := os.Remove(userPidsCgroup(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing pids cgroup: %w", err)
+	}
+	return nil
+}
+
+// sandboxPids lists the host pids of a sandbox: those in its cgroup and the
+// user cgroup below it, and those whose command line names its directory
+// (runsc's gofer, which may live outside the cgroup and outlive a dead
+// sentry).
 func sandboxPids(id ID, dir string) []int {
 	var pids []int
-	if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id), "cgroup.procs")); err == nil {
+	for _, cg := range []string{filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id)), userPidsCgroup(id)} {
+		b, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
 		for _, f := range strings.Fields(string(b)) {
 			if pid, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, pid)
@@ -89,5 +124,8 @@ func deleteContainer(ctx context.Context, rt oci.Runtime, id ID, dir string, sta
 		pids = append(pids, pid)
 	}
 	reap(pids, 5*time.Second)
+	if err := removeUserPidsCgroup(id); err != nil {
+		return err
+	}
 	return rt.Delete(ctx, id.String(), true)
 }

@@ -29,6 +29,7 @@ type exitFunc func(ws unix.WaitStatus)
 // host program's other children are left to their owners.
 type reaper struct {
 	all     bool
+	forker  *forker // nil: fork on any thread
 	log     *slog.Logger
 	mu      sync.Mutex
 	waiters map[int]exitFunc
@@ -50,7 +51,13 @@ func newReaper(all bool, log *slog.Logger) *reaper {
 func (r *reaper) start(fork func() (int, error), onExit exitFunc) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pid, err := fork()
+	var pid int
+	var err error
+	if r.forker != nil {
+		r.forker.do(func() { pid, err = fork() })
+	} else {
+		pid, err = fork()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -63,7 +70,14 @@ func (r *reaper) start(fork func() (int, error), onExit exitFunc) (int, error) {
 }
 
 func (r *reaper) close() {
-	r.once.Do(func() { close(r.stop) })
+	r.once.Do(func() {
+		close(r.stop)
+		if r.forker != nil {
+			r.mu.Lock() // no fork in flight
+			close(r.forker.reqs)
+			r.mu.Unlock()
+		}
+	})
 }
 
 func (r *reaper) loop(sigs chan os.Signal) {

@@ -60,6 +60,9 @@ type Options struct {
 	// PidsLimit, if positive, makes the guard kill the process tree with
 	// the most tasks when the sandbox has more tasks than this (see guard).
 	PidsLimit int64
+	// PidsCgroup, if set, is the tasks file of the pids cgroup that
+	// processes are started in (see forker).
+	PidsCgroup string
 	// MemoryUsage and OOMKills read the sandbox's memory use and the
 	// kernel's OOM kill counter; nil means MemoryUsage and OOMKillCount.
 	MemoryUsage func() (int64, error)
@@ -123,6 +126,13 @@ func NewTable(o Options) *Table {
 		running: make(map[int]*Process),
 		busy:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
+	}
+	if o.PidsCgroup != "" {
+		f, err := newForker(o.PidsCgroup)
+		if err != nil {
+			t.log.Warn("starting processes outside a pids cgroup of their own", "err", err)
+		}
+		t.reaper.forker = f
 	}
 	if (o.OOMGuard && o.MemoryLimit > 0) || o.PidsLimit > 0 {
 		go t.guard(o.OOMInterval)
