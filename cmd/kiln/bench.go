@@ -22,11 +22,18 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	execs := fs.Int("execs", 200, "command round trips per runtime")
 	idle := fs.Int("idle", 10, "idle sandboxes to measure memory over")
 	out := fs.String("out", "docs/benchmarks.md", "markdown report to write (- for stdout)")
+	load := fs.Bool("load", true, "also load the API: concurrent creates and commands through a real server")
+	lo := bench.LoadOptions{}
+	fs.StringVar(&lo.Runtime, "load-runtime", "runsc", "runtime of the load run")
+	fs.IntVar(&lo.Sandboxes, "load-sandboxes", 50, "sandboxes created concurrently in the load run")
+	fs.IntVar(&lo.Commands, "load-commands", 1000, "commands run across them")
+	fs.IntVar(&lo.Concurrency, "load-concurrency", 16, "commands in flight")
+	fs.IntVar(&lo.Overhead, "overhead", 200, "round trips per path for the API overhead comparison")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (templates)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	m, closeManager, err := privateManager(ctx, cfg, log, "bench-")
+	m, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {
 		return err
 	}
@@ -41,6 +48,14 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	}
 	var b bytes.Buffer
 	res.WriteMarkdown(&b)
+	if *load {
+		lo.Config = cfg
+		lr, err := bench.Load(ctx, m, st, lo, os.Stderr)
+		if err != nil {
+			return err
+		}
+		lr.WriteMarkdown(&b)
+	}
 	if *out == "-" {
 		_, err = os.Stdout.Write(b.Bytes())
 		return err
