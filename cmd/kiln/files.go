@@ -77,9 +77,9 @@ Lists a directory in a sandbox (default: the user's home); --depth N
 descends N levels.
 
 Examples:
-  kiln files ls sbx_abc123
-  kiln files ls sbx_abc123 /etc --user root
-  kiln files ls sbx_abc123 project --depth 3 --json
+  kiln files ls i8cx2kq0v7n3ma5wd1ef
+  kiln files ls i8cx2kq0v7n3ma5wd1ef /etc --user root
+  kiln files ls i8cx2kq0v7n3ma5wd1ef project --depth 3 --json
 `
 
 func (r *remote) filesList(ctx context.Context, args []string) error {
@@ -116,7 +116,7 @@ const filesStatUsage = `Usage: kiln files stat ID PATH [--user U]
 Shows one entry (a symlink itself, not its target).
 
 Examples:
-  kiln files stat sbx_abc123 /etc/os-release
+  kiln files stat i8cx2kq0v7n3ma5wd1ef /etc/os-release
 `
 
 func (r *remote) filesStat(ctx context.Context, args []string) error {
@@ -145,8 +145,8 @@ current directory; a directory: into it), or to stdout with -. The local
 file appears only once the download is complete.
 
 Examples:
-  kiln files get sbx_abc123 /tmp/report.csv
-  kiln files get sbx_abc123 out.json - | jq .
+  kiln files get i8cx2kq0v7n3ma5wd1ef /tmp/report.csv
+  kiln files get i8cx2kq0v7n3ma5wd1ef out.json - | jq .
 `
 
 func (r *remote) filesGet(ctx context.Context, args []string) error {
@@ -203,10 +203,10 @@ directory uploads every regular file below it, in one request, to the
 directory REMOTE. Missing remote directories are created.
 
 Examples:
-  kiln files put sbx_abc123 main.py /home/user/main.py
-  kiln files put sbx_abc123 data.csv project/
-  kiln files put sbx_abc123 ./src /home/user/src
-  echo hello | kiln files put sbx_abc123 - greeting.txt
+  kiln files put i8cx2kq0v7n3ma5wd1ef main.py /home/user/main.py
+  kiln files put i8cx2kq0v7n3ma5wd1ef data.csv project/
+  kiln files put i8cx2kq0v7n3ma5wd1ef ./src /home/user/src
+  echo hello | kiln files put i8cx2kq0v7n3ma5wd1ef - greeting.txt
 `
 
 func (r *remote) filesPut(ctx context.Context, args []string) error {
@@ -307,7 +307,7 @@ const filesMkdirUsage = `Usage: kiln files mkdir ID PATH [--user U]
 Creates a directory and any missing parents.
 
 Examples:
-  kiln files mkdir sbx_abc123 project/data
+  kiln files mkdir i8cx2kq0v7n3ma5wd1ef project/data
 `
 
 func (r *remote) filesMkdir(ctx context.Context, args []string) error {
@@ -332,7 +332,7 @@ const filesMoveUsage = `Usage: kiln files mv ID FROM TO [--user U]
 Renames FROM to TO inside a sandbox.
 
 Examples:
-  kiln files mv sbx_abc123 out.txt results/out.txt
+  kiln files mv i8cx2kq0v7n3ma5wd1ef out.txt results/out.txt
 `
 
 func (r *remote) filesMove(ctx context.Context, args []string) error {
@@ -357,8 +357,8 @@ const filesRemoveUsage = `Usage: kiln files rm ID PATH... [--user U]
 Removes files, and directories with everything in them.
 
 Examples:
-  kiln files rm sbx_abc123 /tmp/scratch
-  kiln files rm sbx_abc123 a.txt b.txt --user root
+  kiln files rm i8cx2kq0v7n3ma5wd1ef /tmp/scratch
+  kiln files rm i8cx2kq0v7n3ma5wd1ef a.txt b.txt --user root
 `
 
 func (r *remote) filesRemove(ctx context.Context, args []string) error {

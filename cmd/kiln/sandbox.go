@@ -343,8 +343,8 @@ const getUsage = `Usage: kiln sandbox get ID
 Shows a sandbox, including a stopped or failed one and why it ended.
 
 Examples:
-  kiln sandbox get sbx_abc123
-  kiln sandbox get sbx_abc123 --json
+  kiln sandbox get i8cx2kq0v7n3ma5wd1ef
+  kiln sandbox get i8cx2kq0v7n3ma5wd1ef --json
 `
 
 func (r *remote) sandboxGet(ctx context.Context, args []string) error {
@@ -393,7 +393,7 @@ Destroys sandboxes and everything in them, printing each id killed. It
 tries every id; the exit code is that of the first failure.
 
 Examples:
-  kiln sandbox kill sbx_abc123 sbx_def456
+  kiln sandbox kill i8cx2kq0v7n3ma5wd1ef sbx_def456
   kiln sandbox ls --state running --json | jq -r '.[].id' | xargs kiln sandbox kill
 `
 
@@ -440,9 +440,9 @@ running; the message says how to re-attach with 'kiln sandbox logs'. With
 exit}) when it ends instead of streaming.
 
 Examples:
-  kiln sandbox exec sbx_abc123 -- python3 -c 'print(6*7)'
-  kiln sandbox exec sbx_abc123 --user root --cwd /etc -- ls -la
-  kiln sandbox exec sbx_abc123 --shell -- 'pip install requests && python3 app.py'
+  kiln sandbox exec i8cx2kq0v7n3ma5wd1ef -- python3 -c 'print(6*7)'
+  kiln sandbox exec i8cx2kq0v7n3ma5wd1ef --user root --cwd /etc -- ls -la
+  kiln sandbox exec i8cx2kq0v7n3ma5wd1ef --shell -- 'pip install requests && python3 app.py'
 `
 
 func (r *remote) sandboxExec(ctx context.Context, args []string) error {
@@ -533,9 +533,9 @@ follows it live until it exits, and exits with its exit code. With --json
 it prints the events as NDJSON instead.
 
 Examples:
-  kiln sandbox logs sbx_abc123 42
-  kiln sandbox logs sbx_abc123 42 --after-seq 17
-  kiln sandbox logs sbx_abc123 42 --json | jq -c 'select(.type=="exit")'
+  kiln sandbox logs i8cx2kq0v7n3ma5wd1ef 42
+  kiln sandbox logs i8cx2kq0v7n3ma5wd1ef 42 --after-seq 17
+  kiln sandbox logs i8cx2kq0v7n3ma5wd1ef 42 --json | jq -c 'select(.type=="exit")'
 `
 
 func (r *remote) sandboxLogs(ctx context.Context, args []string) error {
@@ -566,7 +566,7 @@ const psUsage = `Usage: kiln sandbox ps ID
 Lists the commands started in a sandbox: PID TAG STATUS STARTED COMMAND.
 
 Examples:
-  kiln sandbox ps sbx_abc123
+  kiln sandbox ps i8cx2kq0v7n3ma5wd1ef
 `
 
 func (r *remote) sandboxPs(ctx context.Context, args []string) error {
@@ -604,8 +604,8 @@ Sets how long the sandbox lives from now before it is killed, and prints
 when that is. DURATION is like 10m or 1h30m, or a number of seconds.
 
 Examples:
-  kiln sandbox timeout sbx_abc123 10m
-  kiln sandbox timeout sbx_abc123 3600
+  kiln sandbox timeout i8cx2kq0v7n3ma5wd1ef 10m
+  kiln sandbox timeout i8cx2kq0v7n3ma5wd1ef 3600
 `
 
 func (r *remote) sandboxTimeout(ctx context.Context, args []string) error {

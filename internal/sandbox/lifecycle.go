@@ -60,6 +60,10 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 	}
 	b, err := m.box(id)
 	if err != nil {
+		// A stopped or failed sandbox is known but cannot be extended.
+		if rec, gerr := m.store.GetSandbox(ctx, id); gerr == nil {
+			return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, rec.State, errdefs.ErrFailedPrecondition)
+		}
 		return Sandbox{}, err
 	}
 	b.mu.Lock()

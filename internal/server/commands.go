@@ -13,6 +13,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -27,6 +28,11 @@ const maxAggregatedOutput = 64 << 20
 var errDetached = errors.New("detached")
 
 func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) error {
+	if isWebSocket(r) {
+		// A WebSocket handshake must be a GET: refuse before starting
+		// anything, rather than run a command nobody can follow.
+		return fmt.Errorf("WebSocket streams need GET: start the command with background:true, then GET .../commands/{pid}/events: %w", errdefs.ErrInvalidArgument)
+	}
 	var req api.CommandRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err

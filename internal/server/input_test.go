@@ -66,6 +66,7 @@ func TestBadInput(t *testing.T) {
 
 		{name: "args and cmd", method: "POST", path: sb + "/commands", body: `{"cmd":"ls","args":["ls"]}`, status: 400, msg: "exactly one"},
 		{name: "no command", method: "POST", path: sb + "/commands", body: `{}`, status: 400, msg: "exactly one"},
+		{name: "websocket on POST", method: "POST", path: sb + "/commands", body: `{"cmd":"touch /tmp/should-not-run"}`, hdr: []string{"Upgrade", "websocket"}, status: 400, msg: "background:true"},
 		{name: "bad user", method: "POST", path: sb + "/commands", body: `{"cmd":"id","user":"admin"}`, status: 400, msg: "user"},
 		{name: "negative command timeout", method: "POST", path: sb + "/commands", body: `{"cmd":"id","timeout":-5}`, status: 400, msg: "timeout"},
 		{name: "huge command timeout", method: "POST", path: sb + "/commands", body: `{"cmd":"id","timeout":1e300}`, status: 400, msg: "timeout"},
