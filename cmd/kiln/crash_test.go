@@ -34,6 +34,12 @@ func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
 	stdout, _ := cmd.StdoutPipe()
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
 	cmd.Stderr = logf
+	t.Cleanup(func() {
+		if t.Failed() {
+			logs, _ := os.ReadFile(logf.Name())
+			t.Logf("kiln serve log:\n%s", grepErrors(logs))
+		}
+	})
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -229,4 +235,15 @@ func tail(s string) string {
 		return s[len(s)-200:]
 	}
 	return s
+}
+
+// grepErrors keeps the warning and error lines of a JSON log.
+func grepErrors(logs []byte) string {
+	var out []string
+	for _, l := range strings.Split(string(logs), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -48,12 +48,21 @@ func makeUserPidsCgroup(id ID, limit int64) (string, error) {
 }
 
 // removeUserPidsCgroup removes the user pids cgroup once it is empty; a
-// missing one is fine.
+// missing one is fine. Killed processes that are not our children (after a
+// restart of kiln serve) stay in it as zombies until the host's init reaps
+// them, so it waits for that, up to a bound.
 func removeUserPidsCgroup(id ID) error {
-	if err := os.Remove(userPidsCgroup(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing pids cgroup: %w", err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := os.Remove(userPidsCgroup(id))
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("removing pids cgroup: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
 }
 
 // sandboxPids lists the host pids of a sandbox: those in its cgroup and the
