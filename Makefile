@@ -1,5 +1,5 @@
 # Kiln: `make run` sets up and starts the server; `make test` runs every test.
-# Both install what they need (apt packages, the base template) idempotently.
+# Both install what they need (apt packages, the built-in templates) idempotently.
 
 export PATH := /usr/local/go/bin:$(PATH)
 export GOTOOLCHAIN ?= auto
@@ -22,7 +22,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln-agent ./cmd/kiln-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
 
-## setup: deps, build, and the cached base template
+## setup: deps, build, and the cached built-in templates (base, code-interpreter;
+## the first build of code-interpreter takes about 5 minutes)
 setup: deps build
 	bin/kiln template build
 

@@ -41,6 +41,11 @@ const (
 	EventError  EventType = "error"  // Error: the stream ended abnormally
 	EventFile   EventType = "file"   // File: a watched directory changed
 	EventPing   EventType = "ping"   // keepalive, carries nothing
+
+	// Code execution (kernels) adds:
+	EventResult         EventType = "result"          // Result: a rich output (display() or the cell's value)
+	EventExecutionError EventType = "execution_error" // ExecutionError: the code raised
+	EventDone           EventType = "done"            // ExecutionCount: the execution finished
 )
 
 // Event is one item of any stream: process output, file watch, and later
@@ -55,6 +60,10 @@ type Event struct {
 	Exit  *ExitStatus `json:"exit,omitempty"`
 	File  *FileEvent  `json:"file,omitempty"`
 	Error *Error      `json:"error,omitempty"`
+
+	Result         *Result         `json:"result,omitempty"`
+	ExecutionError *ExecutionError `json:"execution_error,omitempty"`
+	ExecutionCount int             `json:"execution_count,omitempty"`
 }
 
 // ExitReason says why a process ended, beyond its exit code.

@@ -48,6 +48,12 @@ var structSchemas = map[string]reflect.Type{
 	"MoveRequest":          reflect.TypeFor[api.MoveRequest](),
 	"APIKey":               reflect.TypeFor[api.APIKey](),
 	"CreateKeyRequest":     reflect.TypeFor[api.CreateKeyRequest](),
+	"Result":               reflect.TypeFor[api.Result](),
+	"ExecutionError":       reflect.TypeFor[api.ExecutionError](),
+	"Context":              reflect.TypeFor[api.Context](),
+	"CreateContextRequest": reflect.TypeFor[api.CreateContextRequest](),
+	"CodeRequest":          reflect.TypeFor[api.CodeRequest](),
+	"CodeResult":           reflect.TypeFor[api.CodeResult](),
 }
 
 // enumSchemas maps each string enumeration of the spec to the Go source

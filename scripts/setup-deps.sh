@@ -3,7 +3,8 @@
 # only when something is missing.
 set -euo pipefail
 
-pkgs=(runsc runc debootstrap bubblewrap e2fsprogs util-linux procps postgresql)
+pkgs=(runsc runc debootstrap bubblewrap e2fsprogs util-linux procps postgresql
+	python3-ipykernel python3-matplotlib python3-pandas python3-numpy r-base-core r-cran-irkernel)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

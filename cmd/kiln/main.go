@@ -19,10 +19,11 @@ Usage:
   kiln serve [flags]                     serve the REST API (KILN_LISTEN, KILN_STORE)
   kiln run [flags] -- COMMAND [ARG...]   run a command in a fresh sandbox, then destroy it
   kiln run [flags] SCRIPT                run a script file (.py, .sh, ...) the same way
+  kiln run --lang LANG FILE              run code in a fresh code-interpreter sandbox
   kiln template build [NAME...]          build (or check) templates; default: all built-ins
   kiln template ls                       list built templates
   kiln bench [flags]                     measure sandbox latency and memory (docs/benchmarks.md)
-  kiln sandbox create|ls|get|exec|...    manage a server's sandboxes (kiln sandbox -h)
+  kiln sandbox create|ls|exec|code|...   manage a server's sandboxes (kiln sandbox -h)
   kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
   kiln keys create|ls|revoke             manage a server's API keys (admin key)
   kiln version                           print the version

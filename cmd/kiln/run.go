@@ -21,16 +21,24 @@ import (
 const runUsage = `Usage:
   kiln run [flags] -- COMMAND [ARG...]
   kiln run [flags] SCRIPT [ARG...]
+  kiln run --lang LANG [flags] FILE|-
 
 Creates a sandbox, runs the command (or uploads and runs the script: .py
 with python3, .sh with bash, .js with node, anything else directly),
 streams its output, exits with its exit code and destroys the sandbox.
 No server is needed.
 
+With --lang, runs FILE's code (or stdin's, for -) in a fresh sandbox's
+LANG interpreter (template code-interpreter unless --template says
+otherwise): output streams, rich results print their text, images are saved
+in the current directory, and an exception prints its traceback and exits 1.
+
 Examples:
   kiln run -- python3 -c 'print(1)'
   kiln run --runtime runc --memory 256M -- bash -c 'free -m'
   kiln run --template base script.sh
+  kiln run --lang python analysis.py
+  kiln run --lang r - < plot.R
 
 Flags:
 `
@@ -83,14 +91,25 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	timeout := fs.Duration("timeout", 10*time.Minute, "kill the command (and its children) after this long")
 	user := fs.String("user", wire.UserDefault, "run as user or root")
 	cwd := fs.String("cwd", "", "working directory (default: the user's home)")
+	lang := fs.String("lang", "", "run FILE as code in this language's interpreter (python, r, javascript, bash, go, rust, c, cpp, java)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (templates)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
 	rest := fs.Args()
-	if len(rest) == 0 {
+	if len(rest) == 0 || (*lang != "" && len(rest) != 1) {
 		fs.Usage()
 		return exitError{2}
+	}
+	var code string
+	if *lang != "" {
+		if !flagSet(fs, "template") {
+			opts.Template = codeTemplate
+		}
+		var err error
+		if code, err = readCode(rest[0], os.Stdin); err != nil {
+			return err
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -118,6 +137,9 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return err
 	}
 
+	if *lang != "" {
+		return runCode(ctx, agent, *lang, rest[0], code, *timeout)
+	}
 	p := wire.ExecParams{Args: rest, Cwd: *cwd, User: *user, TimeoutMs: timeout.Milliseconds()}
 	if i := len(args) - len(rest); i == 0 || args[i-1] != "--" {
 		if p.Args, err = uploadScript(ctx, agent, *user, rest); err != nil {
@@ -147,6 +169,13 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 		return exitError{exit.Code}
 	}
 	return nil
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // uploadScript copies the script into the sandbox and returns the argv

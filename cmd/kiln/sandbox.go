@@ -35,7 +35,8 @@ Exit codes:
   2  usage error
   3  not found
   4  unauthenticated or permission denied
-  sandbox exec and sandbox logs exit with the command's own exit code.
+  sandbox exec and sandbox logs exit with the command's own exit code;
+  sandbox code exits 1 when the code raised an exception.
 `
 
 const sandboxUsage = `Usage:
@@ -45,6 +46,7 @@ const sandboxUsage = `Usage:
   kiln sandbox kill ID...                       destroy sandboxes
   kiln sandbox exec ID [flags] -- CMD [ARG...]  run a command, stream its output
   kiln sandbox logs ID PID [--after-seq N]      re-attach to a command's output
+  kiln sandbox code ID [--lang L] [FILE|-]      run code in the sandbox's interpreter
   kiln sandbox ps ID                            list a sandbox's commands
   kiln sandbox timeout ID DURATION              set how long it lives from now
 
@@ -69,7 +71,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 	cmds := map[string]func(context.Context, []string) error{
 		"create": r.sandboxCreate, "ls": r.sandboxList, "list": r.sandboxList, "get": r.sandboxGet,
 		"kill": r.sandboxKill, "rm": r.sandboxKill, "exec": r.sandboxExec, "logs": r.sandboxLogs,
-		"ps": r.sandboxPs, "timeout": r.sandboxTimeout,
+		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/files"
+	"github.com/kiln-sh/kiln/internal/agent/kernel"
 	"github.com/kiln-sh/kiln/internal/agent/process"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 )
@@ -30,6 +31,8 @@ type Server struct {
 	log   *slog.Logger
 	procs *process.Table
 	files *files.Service
+	// contexts holds the code contexts (kernels); see code.go.
+	contexts *kernel.Contexts
 }
 
 // New returns a Server; its process table (reaper, OOM guard) runs until
@@ -38,7 +41,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{
+	s := &Server{
 		cfg: cfg,
 		log: log,
 		procs: process.NewTable(process.Options{
@@ -55,6 +58,8 @@ func New(cfg Config, log *slog.Logger) *Server {
 		}),
 		files: files.New(log.With("component", "files")),
 	}
+	s.contexts = newContexts(s)
+	return s
 }
 
 // Serve answers the host on the channel carried by r and w (the agent's
@@ -66,6 +71,7 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
 // Close terminates every process (SIGTERM, then SIGKILL once ctx is done)
 // and stops the reaper.
 func (s *Server) Close(ctx context.Context) error {
+	_ = s.contexts.Close()
 	return s.procs.Close(ctx)
 }
 
@@ -102,6 +108,16 @@ func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, 
 		return call(params, func(p wire.WriteParams) (any, error) { return s.write(ctx, st, p) })
 	case wire.MethodWatch:
 		return call(params, func(p wire.WatchParams) (any, error) { return nil, s.watch(ctx, st, p) })
+	case wire.MethodContextCreate:
+		return call(params, func(p wire.ContextParams) (any, error) { return s.contextCreate(ctx, p) })
+	case wire.MethodContexts:
+		return s.contexts.List(), nil
+	case wire.MethodContextRestart:
+		return call(params, func(p wire.ContextIDParams) (any, error) { return s.contextRestart(ctx, p) })
+	case wire.MethodContextDelete:
+		return call(params, func(p wire.ContextIDParams) (any, error) { return nil, s.contextDelete(p) })
+	case wire.MethodExecute:
+		return call(params, func(p wire.ExecuteParams) (any, error) { return s.execute(ctx, st, p) })
 	}
 	return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "unknown method " + method}
 }

@@ -142,6 +142,8 @@ func TestRoutes(t *testing.T) {
 		"POST /v1/sandboxes/{id}/commands", "GET /v1/sandboxes/{id}/commands",
 		"GET /v1/sandboxes/{id}/commands/{pid}/events", "POST /v1/sandboxes/{id}/commands/{pid}/stdin",
 		"POST /v1/sandboxes/{id}/commands/{pid}/signal", "POST /v1/sandboxes/{id}/commands/{pid}/resize",
+		"POST /v1/sandboxes/{id}/code", "POST /v1/sandboxes/{id}/contexts", "GET /v1/sandboxes/{id}/contexts",
+		"POST /v1/sandboxes/{id}/contexts/{ctx}/restart", "DELETE /v1/sandboxes/{id}/contexts/{ctx}",
 		"GET /v1/sandboxes/{id}/files", "PUT /v1/sandboxes/{id}/files", "POST /v1/sandboxes/{id}/files",
 		"DELETE /v1/sandboxes/{id}/files", "GET /v1/sandboxes/{id}/files/list", "GET /v1/sandboxes/{id}/files/stat",
 		"POST /v1/sandboxes/{id}/files/mkdir", "POST /v1/sandboxes/{id}/files/move", "GET /v1/sandboxes/{id}/files/watch",
@@ -151,7 +153,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 26 {
+	if len(routes) != 31 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

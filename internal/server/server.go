@@ -117,6 +117,12 @@ func (s *Server) register() {
 	s.route("POST /v1/sandboxes/{id}/commands/{pid}/signal", s.signalCommand, 0)
 	s.route("POST /v1/sandboxes/{id}/commands/{pid}/resize", s.resizeCommand, 0)
 
+	s.route("POST /v1/sandboxes/{id}/code", s.runCode, 0)
+	s.route("POST /v1/sandboxes/{id}/contexts", s.createContext, 0)
+	s.route("GET /v1/sandboxes/{id}/contexts", s.listContexts, 0)
+	s.route("POST /v1/sandboxes/{id}/contexts/{ctx}/restart", s.restartContext, 0)
+	s.route("DELETE /v1/sandboxes/{id}/contexts/{ctx}", s.deleteContext, 0)
+
 	s.route("GET /v1/sandboxes/{id}/files", s.readFile, 0)
 	s.route("PUT /v1/sandboxes/{id}/files", s.writeFile, 0)
 	s.route("POST /v1/sandboxes/{id}/files", s.uploadFiles, 0)

@@ -88,10 +88,53 @@ func Base() *Recipe {
 	}
 }
 
+// CodeInterpreter is the recipe of the code-interpreter template: the base
+// template plus Jupyter kernels for Python (with the usual data-science
+// libraries) and R, Node.js, and toolchains for Go, Rust, C, C++ and Java.
+// Every package comes from Debian, so the build needs only the Debian
+// mirror. Matplotlib draws to the inline backend, so figures come back as
+// image/png results.
+func CodeInterpreter() *Recipe {
+	const mplConfig = "/home/user/.config/matplotlib"
+	r := Base()
+	r.Name = "code-interpreter"
+	r.Packages = []string{
+		// Python kernel and libraries.
+		"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
+		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
+		"python3-openpyxl", "python3-requests",
+		// Other languages.
+		"nodejs", "r-base-core", "r-cran-irkernel", "openjdk-17-jdk-headless",
+		"golang-go", "rustc",
+		// gcc only recommends the C library headers; without recommends
+		// they must be named.
+		"gcc", "g++", "make", "libc6-dev",
+	}
+	r.Steps = append(append([]string(nil), userSteps[:len(userSteps)-1]...),
+		// Build matplotlib's font cache once, as the user, so the first
+		// plot in a sandbox does not pay for it.
+		"mkdir -p "+mplConfig+" && chown -R user:user /home/user/.config",
+		"runuser -u user -- env HOME=/home/user MPLCONFIGDIR="+mplConfig+
+			" MPLBACKEND=module://matplotlib_inline.backend_inline python3 -c 'import matplotlib.pyplot'",
+		userSteps[len(userSteps)-1], // clean apt caches and docs last
+	)
+	r.Defaults.Env = map[string]string{
+		"LANG":         "C.UTF-8",
+		"MPLBACKEND":   "module://matplotlib_inline.backend_inline",
+		"MPLCONFIGDIR": mplConfig,
+	}
+	r.Defaults.MemoryBytes = 1 << 30
+	r.Defaults.DiskBytes = 4 << 30
+	return r
+}
+
 // Builtin returns the built-in recipes by name.
 func Builtin() map[string]*Recipe {
-	b := Base()
-	return map[string]*Recipe{b.Name: b}
+	m := map[string]*Recipe{}
+	for _, r := range []*Recipe{Base(), CodeInterpreter()} {
+		m[r.Name] = r
+	}
+	return m
 }
 
 // Template is a built template, ready to make sandboxes from.

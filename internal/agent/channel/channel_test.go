@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -310,5 +311,42 @@ func BenchmarkRoundTrip(b *testing.B) {
 		if err := c.Invoke(ctx, "echo", "x", &s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Events larger than one frame, and larger than the flow-control window,
+// arrive whole.
+func TestLargeEvents(t *testing.T) {
+	p := newPipes(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sizes := []int{MaxPayload - 100, MaxPayload + 1, 3 * window, MaxEvent - 64}
+	go Serve(ctx, p.agentR, p.agentW, "test", func(ctx context.Context, st *Stream, method string, params json.RawMessage) (any, error) {
+		for _, n := range sizes {
+			if err := st.SendEvent(ctx, strings.Repeat("x", n)); err != nil {
+				return nil, err
+			}
+		}
+		return nil, st.SendEvent(ctx, strings.Repeat("y", MaxEvent+1))
+	})
+	c := connect(t, p)
+	defer c.Close()
+	st, err := c.Call(ctx, "big", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, n := range sizes {
+		f, err := st.Recv(ctx)
+		if err != nil {
+			t.Fatalf("event of %d: %v", n, err)
+		}
+		var s string
+		if err := json.Unmarshal(f.Payload, &s); err != nil || len(s) != n {
+			t.Fatalf("event of %d arrived as %d bytes: %v", n, len(s), err)
+		}
+	}
+	if _, err := st.Recv(ctx); err == nil || !strings.Contains(err.Error(), "exceeds the limit") {
+		t.Fatalf("oversized event: %v, want an error", err)
 	}
 }

@@ -49,11 +49,20 @@ var (
 	castagnoli = crc32.MakeTable(crc32.Castagnoli)
 )
 
+// flagMore marks an event frame whose payload continues in the stream's
+// next event frame: events larger than MaxPayload travel in pieces.
+const flagMore = 0x01
+
+// MaxEvent bounds an event reassembled from pieces.
+const MaxEvent = 32 << 20
+
 // Frame is one unit on the wire.
 type Frame struct {
 	Type    FrameType
 	Stream  uint32
 	Payload []byte
+	more    bool // flagMore
+	cost    int  // flow-control cost still to be credited when consumed
 }
 
 // appendFrame encodes f onto b.
@@ -61,6 +70,9 @@ func appendFrame(b []byte, f Frame) []byte {
 	var h [headerSize]byte
 	copy(h[:4], magic[:])
 	h[4] = byte(f.Type)
+	if f.more {
+		h[5] = flagMore
+	}
 	binary.BigEndian.PutUint32(h[8:12], f.Stream)
 	binary.BigEndian.PutUint32(h[12:16], uint32(len(f.Payload)))
 	crc := crc32.Update(0, castagnoli, h[4:16])
@@ -91,7 +103,7 @@ func (fr *frameReader) next() (Frame, error) {
 			return Frame{}, err
 		}
 		n := binary.BigEndian.Uint32(h[12:16])
-		if n > MaxPayload || h[5] != 0 || h[6] != 0 || h[7] != 0 {
+		if n > MaxPayload || h[5]&^flagMore != 0 || h[6] != 0 || h[7] != 0 {
 			fr.discard(1)
 			continue
 		}
@@ -109,6 +121,7 @@ func (fr *frameReader) next() (Frame, error) {
 			Type:    FrameType(buf[4]),
 			Stream:  binary.BigEndian.Uint32(buf[8:12]),
 			Payload: bytes.Clone(buf[headerSize:]),
+			more:    buf[5]&flagMore != 0,
 		}
 		if f.Payload == nil {
 			f.Payload = []byte{}

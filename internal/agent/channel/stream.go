@@ -47,9 +47,11 @@ type Stream struct {
 
 	mu       sync.Mutex
 	queue    []Frame
-	queued   int // cost of queued frames
-	consumed int // cost consumed and not yet credited back
-	credit   int // bytes we may still send
+	queued   int        // cost of queued frames
+	consumed int        // cost consumed and not yet credited back
+	partial  []byte     // an event arriving in pieces
+	sendMu   sync.Mutex // keeps the pieces of one event together
+	credit   int        // bytes we may still send
 	ended    bool
 	endMsg   end
 	// finalEnd: the peer's end finishes the call, not just its half (the
@@ -97,11 +99,27 @@ func (st *Stream) deliver(f Frame) bool {
 		if st.ended {
 			return true
 		}
-		if st.queued+cost(f) > window+MaxPayload+frameCost {
+		f.cost = cost(f)
+		if f.more || st.partial != nil {
+			if f.Type != FrameEvent || len(st.partial)+len(f.Payload) > MaxEvent {
+				return false
+			}
+			st.partial = append(st.partial, f.Payload...)
+			if f.more {
+				// Pieces are held here, not queued: credit them now so
+				// that an event larger than the window can complete.
+				// Asynchronously: deliver runs on the read loop, which
+				// must never block on the peer.
+				go st.sess.write(st, Frame{Type: frameCredit, Stream: st.id, Payload: binary.BigEndian.AppendUint32(nil, uint32(f.cost))})
+				return true
+			}
+			f.Payload, st.partial = st.partial, nil
+		}
+		if st.queued+f.cost > window+MaxPayload+frameCost {
 			return false
 		}
 		st.queue = append(st.queue, f)
-		st.queued += cost(f)
+		st.queued += f.cost
 	}
 	wake(st.readable)
 	return true
@@ -116,8 +134,8 @@ func (st *Stream) Recv(ctx context.Context) (Frame, error) {
 			f := st.queue[0]
 			st.queue[0] = Frame{}
 			st.queue = st.queue[1:]
-			st.queued -= cost(f)
-			st.consumed += cost(f)
+			st.queued -= f.cost
+			st.consumed += f.cost
 			grant := 0
 			if st.consumed >= window/4 {
 				grant, st.consumed = st.consumed, 0
@@ -170,14 +188,26 @@ func (st *Stream) SendEvent(ctx context.Context, v any) error {
 	if err != nil {
 		return fmt.Errorf("encoding event: %w", err)
 	}
+	if len(b) > MaxEvent {
+		return fmt.Errorf("event of %d bytes exceeds the limit of %d", len(b), MaxEvent)
+	}
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
 	if len(b) > MaxPayload {
-		return fmt.Errorf("event of %d bytes exceeds the frame limit", len(b))
+		for len(b) > MaxPayload {
+			if err := st.send(ctx, Frame{Type: FrameEvent, Stream: st.id, Payload: b[:MaxPayload], more: true}); err != nil {
+				return err
+			}
+			b = b[MaxPayload:]
+		}
 	}
 	return st.send(ctx, Frame{Type: FrameEvent, Stream: st.id, Payload: b})
 }
 
 // SendData sends b as raw data frames, split as needed.
 func (st *Stream) SendData(ctx context.Context, b []byte) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
 	for len(b) > 0 {
 		n := min(len(b), MaxPayload)
 		if err := st.send(ctx, Frame{Type: FrameData, Stream: st.id, Payload: b[:n]}); err != nil {

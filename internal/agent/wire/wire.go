@@ -157,3 +157,46 @@ type WatchParams struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	User      string `json:"user,omitempty"`
 }
+
+// Code execution methods (kernels).
+const (
+	// MethodContextCreate starts a context (ContextParams). Result:
+	// api.Context.
+	MethodContextCreate = "context_create"
+	// MethodContexts lists contexts. Result: []api.Context.
+	MethodContexts = "contexts"
+	// MethodContextRestart restarts a context's interpreter, losing its
+	// state (ContextIDParams). Result: api.Context.
+	MethodContextRestart = "context_restart"
+	// MethodContextDelete stops and forgets a context (ContextIDParams).
+	MethodContextDelete = "context_delete"
+	// MethodExecute runs code in a context (ExecuteParams) and streams
+	// api.Events: stdout, stderr, result, execution_error, then done with
+	// the execution count. Executions in one context run in order; in
+	// different contexts, in parallel. A timeout interrupts the code and
+	// the context survives.
+	MethodExecute = "execute"
+)
+
+// ContextParams creates a context.
+type ContextParams struct {
+	Language string            `json:"language"`
+	Cwd      string            `json:"cwd,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	User     string            `json:"user,omitempty"`
+}
+
+// ContextIDParams names a context.
+type ContextIDParams struct {
+	ID string `json:"id"`
+}
+
+// ExecuteParams runs code. Without ContextID the language's default
+// context is used (and created on first use).
+type ExecuteParams struct {
+	ContextID string            `json:"context_id,omitempty"`
+	Language  string            `json:"language,omitempty"`
+	Code      string            `json:"code"`
+	Env       map[string]string `json:"env,omitempty"`
+	TimeoutMs int64             `json:"timeout_ms,omitempty"`
+}

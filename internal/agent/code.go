@@ -1,0 +1,240 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/kernel"
+	"github.com/kiln-sh/kiln/internal/agent/kernel/jupyter"
+	"github.com/kiln-sh/kiln/internal/agent/process"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+)
+
+// defaultLanguage is used when a call names none.
+const defaultLanguage = "python"
+
+// eventChunk bounds the data of one output event, well under the
+// channel's frame limit once base64-encoded.
+const eventChunk = 64 << 10
+
+// kernelFactories names the kernel of each language.
+//
+// WIRING: the REPL kernels (javascript, bash: package kernel/repl) and the
+// compiled languages (package kernel/oneshot) are added here once those
+// packages exist:
+//
+//	"javascript": repl.NewNode, "bash": repl.NewBash,
+//	"go": oneshot.New("go"), "rust": oneshot.New("rust"), "c": oneshot.New("c"),
+//	"cpp": oneshot.New("cpp"), "java": oneshot.New("java"),
+func kernelFactories() map[string]kernel.Factory {
+	return map[string]kernel.Factory{
+		"python": jupyter.Python,
+		"r":      jupyter.R,
+	}
+}
+
+// newContexts returns the code contexts registry; kernels are started
+// through the process table so that its reaper hands them their exit
+// status.
+func newContexts(s *Server) *kernel.Contexts {
+	return kernel.NewContexts(kernel.Config{
+		Log:         s.log.With("component", "kernel"),
+		Factories:   kernelFactories(),
+		Spawn:       s.procs.Spawn,
+		OutputLimit: kernel.DefaultOutputLimit,
+	})
+}
+
+func (s *Server) contextCreate(ctx context.Context, p wire.ContextParams) (api.Context, error) {
+	o, err := s.kernelOptions(p.User, p.Cwd, p.Env)
+	if err != nil {
+		return api.Context{}, err
+	}
+	return s.contexts.Create(ctx, cmp.Or(p.Language, defaultLanguage), o)
+}
+
+func (s *Server) contextRestart(ctx context.Context, p wire.ContextIDParams) (api.Context, error) {
+	if p.ID == "" {
+		return api.Context{}, &api.Error{Code: api.CodeInvalidArgument, Message: "no context id given"}
+	}
+	return s.contexts.Restart(ctx, p.ID)
+}
+
+func (s *Server) contextDelete(p wire.ContextIDParams) error {
+	if p.ID == "" {
+		return &api.Error{Code: api.CodeInvalidArgument, Message: "no context id given"}
+	}
+	return s.contexts.Delete(p.ID)
+}
+
+// execute runs code in a context (the language's default one without a
+// context id) and streams its events, then done with the execution count.
+func (s *Server) execute(ctx context.Context, st *channel.Stream, p wire.ExecuteParams) (any, error) {
+	if p.TimeoutMs < 0 {
+		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "timeout must not be negative"}
+	}
+	id := p.ContextID
+	if id == "" {
+		o, err := s.kernelOptions("", "", nil)
+		if err != nil {
+			return nil, err
+		}
+		c, err := s.contexts.Default(cmp.Or(p.Language, defaultLanguage), o)
+		if err != nil {
+			return nil, err
+		}
+		id = c.ID
+	}
+	var seq uint64
+	send := func(ev api.Event) error {
+		seq++
+		ev.Seq, ev.Time = seq, time.Now().UTC()
+		return st.SendEvent(ctx, ev)
+	}
+	emit := func(ev api.Event) error {
+		for _, ev := range fitEvent(ev) {
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	count, err := s.contexts.Execute(ctx, id, p.Code, p.Env, time.Duration(p.TimeoutMs)*time.Millisecond, emit)
+	if err != nil {
+		return nil, err
+	}
+	return nil, send(api.Event{Type: api.EventDone, ExecutionCount: count})
+}
+
+// fitEvent splits output into chunks and slims results so that every
+// event fits within the channel's event limit: MIME types other than text/plain are
+// dropped, largest first, with a note on stderr.
+func fitEvent(ev api.Event) []api.Event {
+	if len(ev.Data) > eventChunk {
+		var out []api.Event
+		for d := ev.Data; len(d) > 0; {
+			n := min(len(d), eventChunk)
+			part := ev
+			part.Data = d[:n:n]
+			out = append(out, part)
+			d = d[n:]
+		}
+		return out
+	}
+	if ev.Result == nil || eventSize(ev) <= channel.MaxEvent-1024 {
+		return []api.Event{ev}
+	}
+	r := *ev.Result
+	r.Data = make(map[string]string, len(ev.Result.Data))
+	for k, v := range ev.Result.Data {
+		r.Data[k] = v
+	}
+	types := slices.Collect(func(yield func(string) bool) {
+		for k := range r.Data {
+			if k != "text/plain" && !yield(k) {
+				return
+			}
+		}
+	})
+	slices.SortFunc(types, func(a, b string) int { return len(r.Data[b]) - len(r.Data[a]) })
+	var dropped []string
+	fit := ev
+	fit.Result = &r
+	for _, t := range types {
+		if eventSize(fit) <= channel.MaxEvent-1024 {
+			break
+		}
+		dropped = append(dropped, fmt.Sprintf("%s (%d bytes)", t, len(r.Data[t])))
+		delete(r.Data, t)
+	}
+	if tp := r.Data["text/plain"]; eventSize(fit) > channel.MaxEvent-1024 {
+		r.Data["text/plain"] = tp[:min(len(tp), eventChunk)]
+	}
+	note := api.Event{Type: api.EventStderr, Data: fmt.Appendf(nil,
+		"[kiln: a result was too large to send; dropped %s]\n", strings.Join(dropped, ", "))}
+	return []api.Event{fit, note}
+}
+
+func eventSize(ev api.Event) int {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return 0
+	}
+	return len(b)
+}
+
+// kernelOptions resolves who a context runs as, where, and with which
+// environment.
+func (s *Server) kernelOptions(user, cwd string, env map[string]string) (kernel.Options, error) {
+	acct, err := lookupAccount(user)
+	if err != nil {
+		return kernel.Options{}, err
+	}
+	dir, err := kernelDir(cwd, acct.home)
+	if err != nil {
+		return kernel.Options{}, err
+	}
+	return kernel.Options{Cwd: dir, Env: kernelEnv(s.cfg.BaseEnv, acct, env), UID: acct.uid, GID: acct.gid}, nil
+}
+
+// kernelEnv layers defaults, the sandbox's environment, the user's
+// identity and the context's variables, as for processes.
+func kernelEnv(base []string, a account, extra map[string]string) []string {
+	env := map[string]string{"PATH": process.DefaultPath, "LANG": "C.UTF-8"}
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	env["HOME"], env["USER"], env["LOGNAME"] = a.home, a.name, a.name
+	if a.shell != "" {
+		env["SHELL"] = a.shell
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// kernelDir resolves a context's working directory: relative to home,
+// default home (or "/" when home does not exist).
+func kernelDir(dir, home string) (string, error) {
+	if strings.ContainsRune(dir, 0) {
+		return "", &api.Error{Code: api.CodeInvalidArgument, Message: "working directory contains a NUL byte"}
+	}
+	if dir == "" {
+		if fi, err := os.Stat(home); err != nil || !fi.IsDir() {
+			return "/", nil
+		}
+		return home, nil
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(home, dir)
+	}
+	dir = filepath.Clean(dir)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", &api.Error{Code: api.CodeNotFound, Message: "working directory " + dir + " does not exist"}
+	case err != nil:
+		return "", &api.Error{Code: api.CodeInvalidArgument, Message: "working directory " + dir + ": " + err.Error()}
+	case !fi.IsDir():
+		return "", &api.Error{Code: api.CodeInvalidArgument, Message: "working directory " + dir + " is not a directory"}
+	}
+	return dir, nil
+}

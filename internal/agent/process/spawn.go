@@ -1,0 +1,25 @@
+package process
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kiln-sh/kiln/api"
+)
+
+// Spawn forks and executes argv0 for a long-lived helper of the agent (a
+// code kernel, say) that the table does not list or manage: the caller
+// owns the process and its descriptors. Its wait status goes to onExit
+// through the table's reaper, so that in reap-all mode the wait4(-1) loop
+// routes it rather than swallowing it as an orphan's.
+func (t *Table) Spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
+	select {
+	case <-t.stop:
+		return 0, apiErrorf(api.CodeUnavailable, "the agent is shutting down")
+	default:
+	}
+	return t.reaper.start(func() (int, error) {
+		return syscall.ForkExec(argv0, argv, attr)
+	}, func(ws unix.WaitStatus) { onExit(syscall.WaitStatus(ws)) })
+}
