@@ -164,6 +164,24 @@ func TestCodeInterpreter(t *testing.T) {
 		}
 	})
 
+	t.Run("large chart", func(t *testing.T) {
+		// Bigger than one channel frame (256 KiB): it must arrive whole.
+		run := mustRun(t, h, base, api.CodeRequest{Code: "import numpy as np, matplotlib.pyplot as plt\nfig = plt.figure(figsize=(16, 16))\nplt.scatter(np.random.rand(20000), np.random.rand(20000), c=np.random.rand(20000), s=3)"})
+		for _, res := range run.Results {
+			if v, ok := res.Data["image/png"]; ok {
+				b, err := base64.StdEncoding.DecodeString(v)
+				if err != nil || len(b) < 256<<10 {
+					t.Fatalf("large chart: %d bytes, %v", len(b), err)
+				}
+				if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+					t.Fatalf("large chart does not decode: %v", err)
+				}
+				return
+			}
+		}
+		t.Fatalf("no image/png result: %+v (stderr %q)", run.Results, run.Stderr)
+	})
+
 	t.Run("exception then success", func(t *testing.T) {
 		h := h.with(t)
 		run := runCode(t, h, base, api.CodeRequest{Code: "print('before')\n1 / 0"})
