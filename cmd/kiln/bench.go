@@ -23,6 +23,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	idle := fs.Int("idle", 10, "idle sandboxes to measure memory over")
 	out := fs.String("out", "docs/benchmarks.md", "markdown report to write (- for stdout)")
 	load := fs.Bool("load", true, "also load the API: concurrent creates and commands through a real server")
+	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
 	lo := bench.LoadOptions{}
 	fs.StringVar(&lo.Runtime, "load-runtime", "runsc", "runtime of the load run")
 	fs.IntVar(&lo.Sandboxes, "load-sandboxes", 50, "sandboxes created concurrently in the load run")
@@ -48,6 +49,13 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	}
 	var b bytes.Buffer
 	res.WriteMarkdown(&b)
+	if *code {
+		crs, err := bench.Code(ctx, m, opts.Runtimes, 100, os.Stderr)
+		if err != nil {
+			return err
+		}
+		bench.WriteCodeMarkdown(&b, crs)
+	}
 	if *load {
 		lo.Config = cfg
 		lr, err := bench.Load(ctx, m, st, lo, os.Stderr)
