@@ -16,6 +16,8 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/kernel"
 	"github.com/kiln-sh/kiln/internal/agent/kernel/jupyter"
+	"github.com/kiln-sh/kiln/internal/agent/kernel/oneshot"
+	"github.com/kiln-sh/kiln/internal/agent/kernel/repl"
 	"github.com/kiln-sh/kiln/internal/agent/process"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 )
@@ -27,20 +29,20 @@ const defaultLanguage = "python"
 // channel's frame limit once base64-encoded.
 const eventChunk = 64 << 10
 
-// kernelFactories names the kernel of each language.
-//
-// WIRING: the REPL kernels (javascript, bash: package kernel/repl) and the
-// compiled languages (package kernel/oneshot) are added here once those
-// packages exist:
-//
-//	"javascript": repl.NewNode, "bash": repl.NewBash,
-//	"go": oneshot.New("go"), "rust": oneshot.New("rust"), "c": oneshot.New("c"),
-//	"cpp": oneshot.New("cpp"), "java": oneshot.New("java"),
+// kernelFactories names the kernel of each canonical language: Jupyter
+// kernels for Python and R, the agent's own REPLs for JavaScript and Bash,
+// and compile-and-run for the compiled languages.
 func kernelFactories() map[string]kernel.Factory {
-	return map[string]kernel.Factory{
-		"python": jupyter.Python,
-		"r":      jupyter.R,
+	f := map[string]kernel.Factory{
+		"python":     jupyter.Python,
+		"r":          jupyter.R,
+		"javascript": repl.NewNode,
+		"bash":       repl.NewBash,
 	}
+	for _, l := range oneshot.Languages() {
+		f[l] = oneshot.New(l)
+	}
+	return f
 }
 
 // newContexts returns the code contexts registry; kernels are started

@@ -164,6 +164,47 @@ func TestCodeInterpreter(t *testing.T) {
 		}
 	})
 
+	t.Run("languages", func(t *testing.T) {
+		h := h.with(t)
+		// Each pair runs in the language's default context: the first cell
+		// sets state (where the language keeps any), the second reads it.
+		tests := []struct {
+			lang, first, second string
+			wantOut, wantValue  string
+		}{
+			{"javascript", "let x = 41; function inc(v) { return v + 1 }", "console.log('hi'); inc(x)", "hi\n", "42"},
+			{"bash", "cd /tmp; greet() { echo hello $1; }", "pwd; greet kiln", "/tmp\nhello kiln\n", ""},
+			{"r", "x <- 41", "cat('hi\\n'); x + 1", "hi\n", "[1] 42"},
+			{"go", "package main\nfunc main() {}", "package main\nimport \"fmt\"\nfunc main() { fmt.Println(\"hello go\") }", "hello go\n", ""},
+			{"rust", "fn main() {}", "fn main() { println!(\"hello rust\"); }", "hello rust\n", ""},
+			{"c", "int main(void) { return 0; }", "#include <stdio.h>\nint main(void) { puts(\"hello c\"); return 0; }", "hello c\n", ""},
+			{"cpp", "int main() { return 0; }", "#include <iostream>\nint main() { std::cout << \"hello cpp\" << std::endl; }", "hello cpp\n", ""},
+			{"java", "public class Main { public static void main(String[] a) {} }", "public class Main { public static void main(String[] a) { System.out.println(\"hello java\"); } }", "hello java\n", ""},
+		}
+		for _, tt := range tests {
+			t.Run(tt.lang, func(t *testing.T) {
+				mustRun(t, h, base, api.CodeRequest{Language: tt.lang, Code: tt.first, Timeout: 120})
+				run := mustRun(t, h, base, api.CodeRequest{Language: tt.lang, Code: tt.second, Timeout: 120})
+				if run.Stdout != tt.wantOut {
+					t.Errorf("stdout %q, want %q (stderr %q)", run.Stdout, tt.wantOut, run.Stderr)
+				}
+				if tt.wantValue != "" {
+					found := false
+					for _, r := range run.Results {
+						found = found || strings.TrimSpace(r.Data["text/plain"]) == tt.wantValue
+					}
+					if !found {
+						t.Errorf("results %+v, want a value %q", run.Results, tt.wantValue)
+					}
+				}
+			})
+		}
+		run := runCode(t, h, base, api.CodeRequest{Language: "c", Code: "int main(void) { return undefined_thing; }", Timeout: 120})
+		if run.Error == nil || run.Error.Name != "CompileError" || !strings.Contains(run.Error.Traceback, "undefined_thing") {
+			t.Errorf("compile error: %+v", run.Error)
+		}
+	})
+
 	t.Run("large chart", func(t *testing.T) {
 		// Bigger than one channel frame (256 KiB): it must arrive whole.
 		run := mustRun(t, h, base, api.CodeRequest{Code: "import numpy as np, matplotlib.pyplot as plt\nfig = plt.figure(figsize=(16, 16))\nplt.scatter(np.random.rand(20000), np.random.rand(20000), c=np.random.rand(20000), s=3)"})

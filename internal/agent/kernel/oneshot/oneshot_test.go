@@ -1,0 +1,160 @@
+package oneshot
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/kernel"
+)
+
+// programs per language: hello world (with unicode), a compile error, a
+// non-zero exit after output, an endless loop, 20 MB of output.
+var programs = map[string]struct{ tool, hello, broken, exit3, loop, big string }{
+	"c": {"gcc",
+		"#include <stdio.h>\nint main(){printf(\"héllo ✓\\n\");return 0;}",
+		"int main(){ return nope; }",
+		"#include <stdio.h>\nint main(){printf(\"out\\n\");fprintf(stderr,\"err\\n\");return 3;}",
+		"int main(){for(;;);}",
+		"#include <stdio.h>\nint main(){for(int i=0;i<20*1024;i++){for(int j=0;j<1023;j++)putchar('x');putchar('\\n');}return 0;}"},
+	"cpp": {"g++",
+		"#include <iostream>\nint main(){std::cout<<\"héllo ✓\"<<std::endl;}",
+		"int main(){ return nope; }",
+		"#include <iostream>\nint main(){std::cout<<\"out\"<<std::endl;std::cerr<<\"err\"<<std::endl;return 3;}",
+		"int main(){for(;;);}",
+		"#include <cstdio>\nint main(){for(int i=0;i<20*1024;i++){for(int j=0;j<1023;j++)putchar('x');putchar('\\n');}}"},
+	"go": {"go",
+		"package main\nimport \"fmt\"\nfunc main(){fmt.Println(\"héllo ✓\")}",
+		"package main\nfunc main(){ nope() }",
+		"package main\nimport (\"fmt\"; \"os\")\nfunc main(){fmt.Println(\"out\"); fmt.Fprintln(os.Stderr, \"err\"); os.Exit(3)}",
+		"package main\nfunc main(){for{}}",
+		"package main\nimport (\"bufio\"; \"os\"; \"strings\")\nfunc main(){w := bufio.NewWriter(os.Stdout); l := strings.Repeat(\"x\", 1023)+\"\\n\"; for i := 0; i < 20*1024; i++ { w.WriteString(l) }; w.Flush()}"},
+	"rust": {"rustc",
+		"fn main(){println!(\"héllo ✓\");}",
+		"fn main(){ nope(); }",
+		"fn main(){println!(\"out\"); eprintln!(\"err\"); std::process::exit(3);}",
+		"fn main(){loop{}}",
+		"use std::io::Write;\nfn main(){let o = std::io::stdout(); let mut w = std::io::BufWriter::new(o.lock()); let l = \"x\".repeat(1023) + \"\\n\"; for _ in 0..20*1024 { w.write_all(l.as_bytes()).unwrap(); }}"},
+	"java": {"javac",
+		"public class Hello { public static void main(String[] a){ System.out.println(\"héllo ✓\"); } }",
+		"public class Broken { public static void main(String[] a){ nope(); } }",
+		"class Main { public static void main(String[] a){ System.out.println(\"out\"); System.err.println(\"err\"); System.exit(3); } }",
+		"public class Loop { public static void main(String[] a){ for(;;){} } }",
+		"public class Big { public static void main(String[] a){ var o = new java.io.PrintStream(new java.io.BufferedOutputStream(System.out, 1<<16)); String l = \"x\".repeat(1023); for (int i = 0; i < 20*1024; i++) o.println(l); o.flush(); } }"},
+}
+
+type outcome struct {
+	stdout, stderr string
+	err            *api.ExecutionError
+	count          int
+	runErr         error
+	elapsed        time.Duration
+}
+
+func execute(k kernel.Kernel, code string, timeout time.Duration) outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var o outcome
+	var out, errb strings.Builder
+	t0 := time.Now()
+	o.count, o.runErr = k.Execute(ctx, code, nil, func(ev api.Event) error {
+		switch ev.Type {
+		case api.EventStdout:
+			out.Write(ev.Data)
+		case api.EventStderr:
+			errb.Write(ev.Data)
+		case api.EventExecutionError:
+			o.err = ev.ExecutionError
+		}
+		return nil
+	})
+	o.elapsed = time.Since(t0)
+	o.stdout, o.stderr = out.String(), errb.String()
+	return o
+}
+
+func TestOneshot(t *testing.T) {
+	for _, lang := range Languages() {
+		t.Run(lang, func(t *testing.T) {
+			p := programs[lang]
+			if _, err := exec.LookPath(p.tool); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%s is required in CI: %v", p.tool, err)
+				}
+				t.Skipf("%s not installed: %v", p.tool, err)
+			}
+			k, err := New(lang)(context.Background(), kernel.Options{Cwd: t.TempDir(), Env: os.Environ()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer k.Close()
+			tests := []struct {
+				name            string
+				code            string
+				timeout         time.Duration
+				stdout, stderr  string
+				errName, errVal string
+				ctxErr          bool
+			}{
+				{name: "hello", code: p.hello, stdout: "héllo ✓\n"},
+				{name: "compile error", code: p.broken, errName: "CompileError", errVal: ":"},
+				{name: "exit status", code: p.exit3, stdout: "out\n", stderr: "err\n", errName: "ExitError", errVal: "exit status 3"},
+				{name: "timeout", code: p.loop, timeout: 8 * time.Second, errName: "Interrupted", ctxErr: true},
+			}
+			for i, tt := range tests {
+				if tt.timeout == 0 {
+					tt.timeout = 2 * time.Minute
+				}
+				o := execute(k, tt.code, tt.timeout)
+				if errors.Is(o.runErr, context.DeadlineExceeded) != tt.ctxErr || (!tt.ctxErr && o.runErr != nil) {
+					t.Fatalf("%s: Execute error %v", tt.name, o.runErr)
+				}
+				if o.count != i+1 {
+					t.Errorf("%s: count = %d, want %d", tt.name, o.count, i+1)
+				}
+				if !tt.ctxErr && (o.stdout != tt.stdout || o.stderr != tt.stderr) {
+					t.Errorf("%s: stdout %q stderr %q, want %q %q", tt.name, o.stdout, o.stderr, tt.stdout, tt.stderr)
+				}
+				var name, val string
+				if o.err != nil {
+					name, val = o.err.Name, o.err.Value
+				}
+				if name != tt.errName || !strings.Contains(val, tt.errVal) {
+					t.Errorf("%s: error %q %q, want %q %q (%+v)", tt.name, name, val, tt.errName, tt.errVal, o.err)
+				}
+				if tt.name == "compile error" && (o.err == nil || !strings.Contains(o.err.Traceback, "nope")) {
+					t.Errorf("compile error: traceback %+v lacks the compiler output", o.err)
+				}
+				if tt.ctxErr && o.elapsed > tt.timeout+3*time.Second {
+					t.Errorf("%s: took %v to kill", tt.name, o.elapsed)
+				}
+			}
+			// 20 MB of output streams through.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			total := 0
+			if _, err := k.Execute(ctx, p.big, nil, func(ev api.Event) error {
+				if ev.Type == api.EventStdout {
+					total += len(ev.Data)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if total != 20<<20 {
+				t.Errorf("got %d bytes, want %d", total, 20<<20)
+			}
+		})
+	}
+}
+
+func TestUnknownLanguage(t *testing.T) {
+	if _, err := New("cobol")(context.Background(), kernel.Options{}); err == nil {
+		t.Error("New(cobol) succeeded")
+	}
+}
