@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -202,6 +203,52 @@ func TestCodeInterpreter(t *testing.T) {
 		run := runCode(t, h, base, api.CodeRequest{Language: "c", Code: "int main(void) { return undefined_thing; }", Timeout: 120})
 		if run.Error == nil || run.Error.Name != "CompileError" || !strings.Contains(run.Error.Traceback, "undefined_thing") {
 			t.Errorf("compile error: %+v", run.Error)
+		}
+	})
+
+	t.Run("data analysis flow", func(t *testing.T) {
+		// The classic flow: upload a CSV the test makes, group it with
+		// pandas, plot it, get the chart back.
+		h := h.with(t)
+		var csv strings.Builder
+		csv.WriteString("title,year,vote_average,vote_count\n")
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range 10000 {
+			fmt.Fprintf(&csv, "Movie %d,%d,%.1f,%d\n", i, 1980+rng.IntN(44), 1+rng.Float64()*9, rng.IntN(5000))
+		}
+		resp := h.request("PUT", base+"/files?path=/home/user/movies.csv", h.a, strings.NewReader(csv.String()))
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("upload: %s", resp.Status)
+		}
+		run := mustRun(t, h, base, api.CodeRequest{Timeout: 120, Code: `
+import pandas as pd
+import matplotlib.pyplot as plt
+df = pd.read_csv("movies.csv")
+by_year = df.groupby("year")["vote_average"].mean()
+print(len(df), "rows,", by_year.size, "years")
+by_year.plot(kind="line", title="Average vote by year")
+plt.xlabel("year"); plt.ylabel("vote average")
+by_year.head()
+`})
+		if run.Stdout != "10000 rows, 44 years\n" {
+			t.Errorf("stdout %q (stderr %q)", run.Stdout, run.Stderr)
+		}
+		var png64 string
+		for _, r := range run.Results {
+			if v, ok := r.Data["image/png"]; ok {
+				png64 = v
+			}
+		}
+		b, err := base64.StdEncoding.DecodeString(png64)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("no chart: %+v", run.Results)
+		}
+		if _, err := png.Decode(bytes.NewReader(b)); err != nil {
+			t.Fatalf("chart does not decode: %v", err)
+		}
+		if res, ok := run.mainResult(); !ok || !strings.Contains(res.Data["text/plain"], "1980") {
+			t.Errorf("main result %+v", res)
 		}
 	})
 
