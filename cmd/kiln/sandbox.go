@@ -49,6 +49,8 @@ const sandboxUsage = `Usage:
   kiln sandbox code ID [--lang L] [FILE|-]      run code in the sandbox's interpreter
   kiln sandbox ps ID                            list a sandbox's commands
   kiln sandbox timeout ID DURATION              set how long it lives from now
+  kiln sandbox pause ID                         pause it (it no longer expires)
+  kiln sandbox resume ID                        resume a paused sandbox
 
 Run 'kiln sandbox COMMAND -h' for a command's flags and examples.
 ` + remoteHelp
@@ -72,6 +74,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"create": r.sandboxCreate, "ls": r.sandboxList, "list": r.sandboxList, "get": r.sandboxGet,
 		"kill": r.sandboxKill, "rm": r.sandboxKill, "exec": r.sandboxExec, "logs": r.sandboxLogs,
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
+		"pause": r.sandboxPause, "resume": r.sandboxResume,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }

@@ -52,7 +52,7 @@ func Load(ctx context.Context, m *sandbox.Manager, keys apikey.Store, o LoadOpti
 		return nil, err
 	}
 	srv := server.New(server.Options{Manager: m, Keys: keys, Config: o.Config,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Log: slog.New(slog.NewTextHandler(progress, &slog.HandlerOptions{Level: slog.LevelError}))})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

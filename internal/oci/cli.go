@@ -224,7 +224,7 @@ func (c *CLI) run(ctx context.Context, id string, args ...string) ([]byte, error
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second // never hang on a pipe a stray child holds
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
+		msg := shorten(strings.TrimSpace(stderr.String()))
 		if isNotExist(msg) {
 			err = errors.Join(err, errdefs.ErrNotFound)
 		}
@@ -237,6 +237,15 @@ func isNotExist(stderr string) bool {
 	s := strings.ToLower(stderr)
 	return strings.Contains(s, "does not exist") || strings.Contains(s, "no such file or directory") ||
 		strings.Contains(s, "not found")
+}
+
+// shorten cuts the middle out of a long message: runsc can dump whole
+// serialized objects into one (e.g. a checkpoint that hit a full disk).
+func shorten(s string) string {
+	if len(s) <= 1024 {
+		return s
+	}
+	return s[:512] + " … " + s[len(s)-256:]
 }
 
 // checkID accepts ids safe as path elements and command arguments.

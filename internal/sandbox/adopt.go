@@ -15,7 +15,7 @@ import (
 
 // adopt reconciles the store with what runs on this node, once, before the
 // Manager serves anything: running sandboxes get a new channel session and
-// are served again; records whose sandbox is gone (or was half made when
+// are served again, paused ones kept for a later Resume; records whose sandbox is gone (or was half made when
 // the last process died) are marked failed with a reason and their
 // leftovers removed; sandbox dirs with no live record are removed.
 func (m *Manager) adopt(ctx context.Context) error {
@@ -58,9 +58,14 @@ func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
 	log := m.log.With("sandbox_id", rec.ID)
 	dir := filepath.Join(m.cfg.StateDir, rec.ID.String())
 	rt := m.runtimes[rec.Runtime]
-	err := m.reconnect(ctx, rec, rt, dir)
+	var err error
+	if rec.State == StatePaused {
+		err = m.adoptPaused(ctx, rec, rt, dir)
+	} else {
+		err = m.reconnect(ctx, rec, rt, dir)
+	}
 	if err == nil {
-		log.Info("sandbox re-adopted")
+		log.Info("sandbox re-adopted", "state", rec.State)
 		return true
 	}
 	reason := "lost while kiln serve was down: " + err.Error()

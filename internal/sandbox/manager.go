@@ -494,6 +494,12 @@ func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return m.destroyLocked(ctx, b, final, reason)
+}
+
+// destroyLocked is destroy for a caller holding b.mu.
+func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason string) error {
+	id := b.rec.ID
 	// A sandbox whose earlier destroy failed may be destroyed again.
 	if b.rec.State != StateFailed {
 		if err := m.transition(ctx, b, StateStopping, reason); err != nil {

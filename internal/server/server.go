@@ -109,6 +109,8 @@ func (s *Server) register() {
 	s.route("DELETE /v1/sandboxes/{id}", s.killSandbox, 0)
 	s.route("POST /v1/sandboxes/{id}/timeout", s.setTimeout, 0)
 	s.route("GET /v1/sandboxes/{id}/usage", s.usage, 0)
+	s.route("POST /v1/sandboxes/{id}/pause", s.pauseSandbox, 0)
+	s.route("POST /v1/sandboxes/{id}/resume", s.resumeSandbox, 0)
 
 	s.route("POST /v1/sandboxes/{id}/commands", s.runCommand, 0)
 	s.route("GET /v1/sandboxes/{id}/commands", s.listCommands, 0)

@@ -1,0 +1,30 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/kiln-sh/kiln/api"
+)
+
+// Pause pauses a running sandbox and returns it. On runsc its memory,
+// processes and files are saved to disk and nothing of it keeps running;
+// on runc it is frozen. A paused sandbox does not expire; it lives until it
+// is resumed or killed.
+func (c *Client) Pause(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Resume resumes a paused sandbox, with its processes, memory and files as
+// they were, and returns it.
+func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "resume"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}

@@ -1,0 +1,327 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+)
+
+// checkpointDir is the checkpoint image of a paused sandbox, in its state
+// dir; checkpointImage is the file that must be there for a resume.
+const (
+	checkpointDir   = "checkpoint"
+	checkpointImage = "checkpoint.img"
+)
+
+// Pause pauses a running sandbox.
+//
+// On runsc the sandbox is checkpointed: its memory, processes and kernel
+// state go to an image in its state dir, and its container is destroyed,
+// so a paused sandbox holds no memory or CPU. Its writable layer stays
+// mounted on the host, so its files stay as they are. A paused runsc
+// sandbox survives restarts of kiln serve. If the checkpoint fails (e.g.
+// the disk is full) the sandbox keeps running and Pause returns the error.
+//
+// On runc (no checkpoint) the container is frozen: its processes stop
+// being scheduled, but their memory stays allocated.
+//
+// Paused sandboxes do not expire: the reaper only reaps running ones, so a
+// paused sandbox lives until it is resumed or killed (as on E2B).
+func (m *Manager) Pause(ctx context.Context, id ID) (Sandbox, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StateRunning {
+		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	rt := m.runtimes[b.rec.Runtime]
+	t0 := time.Now()
+	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
+		err = m.checkpoint(ctx, b, rt, ck)
+	} else if p, ok := rt.(oci.Pauser); ok {
+		if err = p.Pause(ctx, id.String()); err != nil {
+			err = fmt.Errorf("freezing sandbox: %w", err)
+		}
+	} else {
+		err = fmt.Errorf("runtime %s cannot pause: %w", rt.Name(), errdefs.ErrFailedPrecondition)
+	}
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.transition(ctx, b, StatePaused, ""); err != nil {
+		return Sandbox{}, err
+	}
+	m.log.Info("sandbox paused", "sandbox_id", id, "took", time.Since(t0))
+	return b.rec, nil
+}
+
+// checkpoint saves a runsc sandbox to its image dir and destroys its
+// container. The container is frozen first and checkpointed with
+// --leave-running, so that nothing changes the layer between the image
+// and the container's end, and a failed checkpoint leaves it running.
+// Callers hold b.mu.
+func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci.Checkpointer) error {
+	id := b.rec.ID.String()
+	img := filepath.Join(b.dir, checkpointDir)
+	if err := clearDir(img); err != nil {
+		return fmt.Errorf("clearing checkpoint dir: %w", err)
+	}
+	p, ok := rt.(oci.Pauser)
+	if !ok {
+		return fmt.Errorf("runtime %s cannot freeze: %w", rt.Name(), errdefs.ErrFailedPrecondition)
+	}
+	// The session ends here: the restored agent gets a new one. Clearing
+	// b.conn first tells watch that this end is wanted.
+	conn := b.conn
+	b.conn = nil
+	if conn != nil {
+		conn.Close()
+	}
+	undo := func(cause error) error {
+		_ = clearDir(img)
+		if err := p.Resume(context.WithoutCancel(ctx), id); err != nil {
+			return fmt.Errorf("%w (and thawing it again: %v)", cause, err)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+		defer cancel()
+		conn, err := connect(cctx, b.dir, false)
+		if err != nil {
+			return fmt.Errorf("%w (and reconnecting to its agent: %v)", cause, err)
+		}
+		b.conn = conn
+		go m.watch(b, conn)
+		return cause
+	}
+	if err := p.Pause(ctx, id); err != nil {
+		return undo(fmt.Errorf("freezing sandbox: %w", err))
+	}
+	if err := ck.Checkpoint(ctx, id, img, true); err != nil {
+		return undo(fmt.Errorf("checkpointing sandbox: %w", err))
+	}
+	if err := syncDir(img); err != nil {
+		return undo(fmt.Errorf("syncing checkpoint: %w", err))
+	}
+	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.pids); err != nil {
+		// The image is complete; the container is half gone. Resume can
+		// still restore from the image once the container is deleted.
+		m.log.Error("deleting checkpointed container", "sandbox_id", id, "err", err)
+	}
+	b.pids = nil
+	return nil
+}
+
+// syncDir flushes the files of dir and dir itself to disk, so that a paused
+// sandbox survives a host crash as well as a restart of kiln serve.
+func syncDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range append(ents, nil) {
+		p := dir
+		if e != nil {
+			p = filepath.Join(dir, e.Name())
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Resume resumes a paused sandbox. A runsc sandbox is restored from its
+// checkpoint image, with its processes, their memory and its files as
+// they were, and gets a new agent session; if that fails (e.g. its image
+// is missing or corrupt) the sandbox is failed with the reason and
+// destroyed. A runc sandbox is thawed.
+//
+// A sandbox that expired while paused gets the default timeout again.
+func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StatePaused {
+		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	rt := m.runtimes[b.rec.Runtime]
+	t0 := time.Now()
+	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
+		if err := m.restore(ctx, b, ck); err != nil {
+			reason := "resuming: " + err.Error()
+			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
+				m.log.Error("cleaning up sandbox that failed to resume", "sandbox_id", id, "err", derr)
+			}
+			return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
+		}
+	} else if p, ok := rt.(oci.Pauser); ok {
+		if err := p.Resume(ctx, id.String()); err != nil {
+			return Sandbox{}, fmt.Errorf("thawing sandbox: %w", err)
+		}
+		if b.conn == nil { // adopted while frozen: no session yet
+			cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			defer cancel()
+			conn, err := connect(cctx, b.dir, false)
+			if err != nil {
+				return Sandbox{}, fmt.Errorf("connecting to the thawed agent: %w", err)
+			}
+			b.conn = conn
+			go m.watch(b, conn)
+		}
+	} else {
+		return Sandbox{}, fmt.Errorf("runtime %s cannot resume: %w", b.rec.Runtime, errdefs.ErrFailedPrecondition)
+	}
+	if now := time.Now().UTC(); !b.rec.ExpiresAt.IsZero() && !b.rec.ExpiresAt.After(now) {
+		b.rec.ExpiresAt = now.Add(m.cfg.Limits.DefaultSandboxTimeout)
+	}
+	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
+		return Sandbox{}, err
+	}
+	m.log.Info("sandbox resumed", "sandbox_id", id, "took", time.Since(t0))
+	return b.rec, nil
+}
+
+// restore brings a checkpointed runsc sandbox back on its agent FIFOs and
+// opens a new channel session. Callers hold b.mu.
+func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) error {
+	id := b.rec.ID.String()
+	img := filepath.Join(b.dir, checkpointDir)
+	if _, err := os.Stat(filepath.Join(img, checkpointImage)); err != nil {
+		return fmt.Errorf("its checkpoint image is missing: %w", errdefs.ErrFailedPrecondition)
+	}
+	bundle, err := oci.ReadBundle(b.dir)
+	if err != nil {
+		return err
+	}
+	rt := m.runtimes[b.rec.Runtime]
+	// A container left over by a checkpoint whose delete failed.
+	if err := rt.Delete(ctx, id, true); err != nil {
+		return fmt.Errorf("deleting the checkpointed container: %w", err)
+	}
+	files, err := openStdio(b.dir)
+	if err != nil {
+		return err
+	}
+	err = ck.Restore(ctx, id, bundle, img, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("restoring container: %w", err)
+	}
+	if st, err := rt.State(ctx, id); err == nil {
+		b.pids = append([]int{st.Pid}, st.HelperPids...)
+	}
+	// The agent may have been in the middle of a frame: Connect pads, and
+	// the agent resynchronises on the new session's preface.
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := connect(cctx, b.dir, false)
+	if err != nil {
+		return fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
+	}
+	b.conn = conn
+	go m.watch(b, conn)
+	_ = os.RemoveAll(img) // stale from now on
+	return nil
+}
+
+// openStdio opens the agent's FIFOs read-write (creating them if they are
+// gone) and its log, as stdio for a restored container; see start.
+func openStdio(dir string) ([]*os.File, error) {
+	var files []*os.File
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, err
+	}
+	for _, name := range []string{stdinFIFO, stdoutFIFO} {
+		p := filepath.Join(dir, name)
+		if err := syscall.Mkfifo(p, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
+			return fail(fmt.Errorf("creating agent fifo: %w", err))
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			return fail(fmt.Errorf("opening agent fifo: %w", err))
+		}
+		files = append(files, f)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fail(fmt.Errorf("opening agent log: %w", err))
+	}
+	return append(files, logf), nil
+}
+
+// adoptPaused takes back a sandbox paused by an earlier process: a runsc
+// one needs its checkpoint image and its mounted layer, a runc one a
+// container that is still frozen. It gets a session on Resume.
+func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, dir string) error {
+	if rt == nil {
+		return fmt.Errorf("runtime %q is not configured", rec.Runtime)
+	}
+	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
+		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil {
+			return errors.New("its checkpoint image is gone")
+		}
+		if !mounted(filepath.Join(dir, layerDir, "rootfs")) {
+			return errors.New("its writable layer is no longer mounted")
+		}
+	} else {
+		st, err := rt.State(ctx, rec.ID.String())
+		if err != nil {
+			return fmt.Errorf("its container is gone: %w", err)
+		}
+		if st.Status != oci.StatusPaused {
+			return fmt.Errorf("its container is %s", st.Status)
+		}
+	}
+	m.mu.Lock()
+	m.boxes[rec.ID] = &box{rec: rec, dir: dir}
+	m.mu.Unlock()
+	return nil
+}
+
+// mounted reports whether path is a mount point (on another device than
+// its parent).
+func mounted(path string) bool {
+	var a, b syscall.Stat_t
+	if syscall.Stat(path, &a) != nil || syscall.Stat(filepath.Dir(path), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev
+}
+
+// clearDir removes what dir holds, keeping dir (which may be a mount
+// point); a missing dir is fine.
+func clearDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
