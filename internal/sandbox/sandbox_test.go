@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
 )
@@ -28,22 +29,7 @@ import (
 // agentPath is a kiln-agent built once for the package's tests.
 var agentPath string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kiln-agent-")
-	if err != nil {
-		panic(err)
-	}
-	agentPath = filepath.Join(dir, "kiln-agent")
-	cmd := exec.Command("go", "build", "-o", agentPath, "github.com/kiln-sh/kiln/cmd/kiln-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kiln-agent: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 
 // testConfig is the server config for tests: the real data dir (for the
 // base template) and a private state dir.

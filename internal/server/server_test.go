@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -33,22 +34,7 @@ import (
 // agentPath is a kiln-agent built once for the package's tests.
 var agentPath string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kiln-agent-")
-	if err != nil {
-		panic(err)
-	}
-	agentPath = filepath.Join(dir, "kiln-agent")
-	cmd := exec.Command("go", "build", "-o", agentPath, "github.com/kiln-sh/kiln/cmd/kiln-agent")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kiln-agent: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 
 // testRuntime is the runtime the tests' sandboxes use (runc is the
 // quicker to create; the sandbox package runs both).
