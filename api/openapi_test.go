@@ -33,6 +33,8 @@ var structSchemas = map[string]reflect.Type{
 	"CreateSandboxRequest": reflect.TypeFor[api.CreateSandboxRequest](),
 	"SandboxList":          reflect.TypeFor[api.SandboxList](),
 	"TimeoutRequest":       reflect.TypeFor[api.TimeoutRequest](),
+	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
+	"ForkResponse":         reflect.TypeFor[api.ForkResponse](),
 	"Usage":                reflect.TypeFor[api.Usage](),
 	"PTYSize":              reflect.TypeFor[api.PTYSize](),
 	"CommandRequest":       reflect.TypeFor[api.CommandRequest](),

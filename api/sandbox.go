@@ -46,6 +46,17 @@ type TimeoutRequest struct {
 	Timeout int64 `json:"timeout"`
 }
 
+// ForkRequest is the body of POST /v1/sandboxes/{id}/fork.
+type ForkRequest struct {
+	Count int `json:"count"` // forks to make, 1-16
+}
+
+// ForkResponse is the answer to POST /v1/sandboxes/{id}/fork: the new
+// sandboxes, running.
+type ForkResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
 // Usage is a sandbox's current resource use.
 type Usage struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`

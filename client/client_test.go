@@ -73,6 +73,8 @@ func TestRoutes(t *testing.T) {
 			return c.SetTimeout(ctx, "sbx_1", 90*time.Second+time.Millisecond)
 		},
 			seen{Method: "POST", Path: "/v1/sandboxes/sbx_1/timeout", Body: `{"timeout":91}`}, &sb},
+		{"fork", 201, api.ForkResponse{Sandboxes: []api.Sandbox{sb, sb}}, func(c *client.Client) (any, error) { return c.Fork(ctx, "sbx_1", 2) },
+			seen{Method: "POST", Path: "/v1/sandboxes/sbx_1/fork", Body: `{"count":2}`}, []api.Sandbox{sb, sb}},
 		{"usage", 200, api.Usage{Pids: 3}, func(c *client.Client) (any, error) { return c.Usage(ctx, "sbx_1") },
 			seen{Method: "GET", Path: "/v1/sandboxes/sbx_1/usage"}, &api.Usage{Pids: 3}},
 		{"start", 202, api.CommandStarted{PID: 7}, func(c *client.Client) (any, error) {

@@ -28,3 +28,15 @@ func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
 	}
 	return &sb, nil
 }
+
+// Fork makes count (1-16) new sandboxes that continue from a running runsc
+// sandbox's current memory, processes and files, and then diverge
+// independently; the source keeps running. Either all forks are made or
+// none.
+func (c *Client) Fork(ctx context.Context, id string, count int) ([]api.Sandbox, error) {
+	var resp api.ForkResponse
+	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "fork"), nil, api.ForkRequest{Count: count}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Sandboxes, nil
+}

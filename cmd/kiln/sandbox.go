@@ -51,6 +51,7 @@ const sandboxUsage = `Usage:
   kiln sandbox timeout ID DURATION              set how long it lives from now
   kiln sandbox pause ID                         pause it (it no longer expires)
   kiln sandbox resume ID                        resume a paused sandbox
+  kiln sandbox fork ID [--count N]              fork it into N sandboxes
 
 Run 'kiln sandbox COMMAND -h' for a command's flags and examples.
 ` + remoteHelp
@@ -74,7 +75,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"create": r.sandboxCreate, "ls": r.sandboxList, "list": r.sandboxList, "get": r.sandboxGet,
 		"kill": r.sandboxKill, "rm": r.sandboxKill, "exec": r.sandboxExec, "logs": r.sandboxLogs,
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
-		"pause": r.sandboxPause, "resume": r.sandboxResume,
+		"pause": r.sandboxPause, "resume": r.sandboxResume, "fork": r.sandboxFork,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }

@@ -218,3 +218,23 @@ func TestKeysCreate(t *testing.T) {
 		t.Errorf("stdout %q, stderr %q", stdout, stderr)
 	}
 }
+
+func TestSandboxFork(t *testing.T) {
+	r, stdout, _ := remoteFake(t, func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		if req.Method != "POST" || req.URL.Path != "/v1/sandboxes/sbx_a/fork" || string(b) != `{"count":3}` {
+			t.Errorf("request %s %s %s", req.Method, req.URL.Path, b)
+		}
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(api.ForkResponse{Sandboxes: []api.Sandbox{{ID: "sbx_b"}, {ID: "sbx_c"}, {ID: "sbx_d"}}})
+	})
+	if err := r.sandbox(context.Background(), []string{"fork", "sbx_a", "--count", "3"}); err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "sbx_b\nsbx_c\nsbx_d\n" {
+		t.Errorf("output %q", stdout)
+	}
+	if err := r.sandbox(context.Background(), []string{"fork"}); code(err) != 2 {
+		t.Errorf("fork without id: %v", err)
+	}
+}

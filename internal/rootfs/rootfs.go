@@ -262,3 +262,129 @@ func unescape(s string) string {
 	}
 	return b.String()
 }
+
+// ImagePath is the path of the layer image under dir (see Mount).
+func ImagePath(dir string) string { return filepath.Join(dir, imageName) }
+
+// Sync flushes the layer under dir (its ext4 filesystem, and with it the
+// image file's contents) to disk, so that a copy of the image taken while
+// nothing writes to the layer is consistent.
+func Sync(dir string) error {
+	f, err := os.Open(filepath.Join(dir, layerName))
+	if err != nil {
+		return fmt.Errorf("opening layer: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncing layer: %w", err)
+	}
+	return nil
+}
+
+// MountImage is Mount with the layer image taken from a copy of image
+// (e.g. of another sandbox's layer, see CopySparse) instead of a new one:
+// its upper and work dirs carry that layer's files. image itself is not
+// changed. On failure everything made so far is unwound.
+func MountImage(ctx context.Context, lower, dir, image string) (l *Layer, err error) {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving dir: %w", err)
+	}
+	if fi, err := os.Stat(lower); err != nil {
+		return nil, fmt.Errorf("checking lower dir: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("lower %s is not a directory: %w", lower, errdefs.ErrInvalidArgument)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("creating layer dir: %w", errdefs.ErrAlreadyExists)
+		}
+		return nil, fmt.Errorf("creating layer dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = Unmount(context.WithoutCancel(ctx), dir)
+		}
+	}()
+	img := filepath.Join(dir, imageName)
+	if err := CopySparse(img, image); err != nil {
+		return nil, fmt.Errorf("copying layer image: %w", err)
+	}
+	layer := filepath.Join(dir, layerName)
+	if err := mountImage(img, layer); err != nil {
+		return nil, err
+	}
+	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
+	for _, d := range []string{upper, work} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("layer image has no %s dir: %w", filepath.Base(d), errdefs.ErrInvalidArgument)
+		}
+	}
+	root := filepath.Join(dir, rootfsName)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return nil, fmt.Errorf("creating rootfs dir: %w", err)
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return nil, fmt.Errorf("mounting overlay: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mounting layer: %w", err)
+	}
+	return &Layer{dir: dir}, nil
+}
+
+// CopySparse copies src to a new file dst, keeping src's holes: only the
+// data extents (SEEK_DATA/SEEK_HOLE) are copied, with copy_file_range. A
+// failed copy removes dst.
+func CopySparse(dst, src string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	size := fi.Size()
+	if err := out.Truncate(size); err != nil {
+		return err
+	}
+	ifd, ofd := int(in.Fd()), int(out.Fd())
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(ifd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) { // only a hole is left
+			break
+		} else if err != nil {
+			return fmt.Errorf("seeking data: %w", err)
+		}
+		hole, err := unix.Seek(ifd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("seeking hole: %w", err)
+		}
+		for roff, woff := data, data; roff < hole; {
+			n, err := unix.CopyFileRange(ifd, &roff, ofd, &woff, int(min(hole-roff, 1<<30)), 0)
+			if err != nil {
+				return fmt.Errorf("copying: %w", err)
+			}
+			if n == 0 {
+				return fmt.Errorf("copying: %s shrank", src)
+			}
+		}
+		off = hole
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -42,6 +43,12 @@ func (m *Manager) adopt(ctx context.Context) error {
 		return fmt.Errorf("listing sandbox dirs: %w", err)
 	}
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), forkTmpPrefix) { // a fork's snapshot, left by a crash
+			if err := os.RemoveAll(filepath.Join(m.cfg.StateDir, e.Name())); err != nil {
+				m.log.Error("removing stale fork snapshot", "dir", e.Name(), "err", err)
+			}
+			continue
+		}
 		id, err := ParseID(e.Name())
 		if err != nil || !e.IsDir() || live[id] {
 			continue
@@ -97,7 +104,14 @@ func (m *Manager) reconnect(ctx context.Context, rec Sandbox, rt oci.Runtime, di
 		}
 		return err
 	}
-	if st.Status != oci.StatusRunning {
+	if p, ok := rt.(oci.Pauser); ok && st.Status == oci.StatusPaused {
+		// Frozen by a pause or fork snapshot that a crash interrupted
+		// before the record said so: thaw it.
+		if err := p.Resume(ctx, rec.ID.String()); err != nil {
+			return fmt.Errorf("thawing its frozen container: %w", err)
+		}
+		m.log.Warn("thawed a running sandbox left frozen", "sandbox_id", rec.ID)
+	} else if st.Status != oci.StatusRunning {
 		return fmt.Errorf("its container is %s", st.Status)
 	}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)

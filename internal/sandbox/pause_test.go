@@ -82,7 +82,7 @@ func TestPauseResume(t *testing.T) {
 		m := newManager(t, cfg)
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		ctx := context.Background()
-		e.sh("echo kept > /home/user/state.txt; nohup sh -c 'while :; do date +%s%N > /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &")
+		e.sh("echo kept > /home/user/state.txt; nohup sh -c 'while :; do date +%s%N > /tmp/tick.new && mv /tmp/tick.new /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &")
 		pid := startCounter(t, e)
 		hostPid := runtimePid(t, rt, e.sb.ID)
 

@@ -140,6 +140,7 @@ func TestRoutes(t *testing.T) {
 		"GET /healthz", "GET /metrics", "POST /v1/sandboxes", "GET /v1/sandboxes", "GET /v1/sandboxes/{id}",
 		"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/timeout", "GET /v1/sandboxes/{id}/usage",
 		"POST /v1/sandboxes/{id}/pause", "POST /v1/sandboxes/{id}/resume",
+		"POST /v1/sandboxes/{id}/fork",
 		"POST /v1/sandboxes/{id}/commands", "GET /v1/sandboxes/{id}/commands",
 		"GET /v1/sandboxes/{id}/commands/{pid}/events", "POST /v1/sandboxes/{id}/commands/{pid}/stdin",
 		"POST /v1/sandboxes/{id}/commands/{pid}/signal", "POST /v1/sandboxes/{id}/commands/{pid}/resize",
@@ -154,7 +155,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 33 {
+	if len(routes) != 34 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

@@ -33,6 +33,19 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, toAPI(sb))
 }
 
+// quota is what key k may hold at once: its own limits or the server's
+// defaults.
+func (s *Server) quota(k apikey.Key) sandbox.Quota {
+	q := sandbox.Quota{MaxSandboxes: k.MaxSandboxes, MaxMemoryBytes: k.MaxMemoryBytes}
+	if q.MaxSandboxes == 0 {
+		q.MaxSandboxes = s.cfg.Server.DefaultMaxSandboxes
+	}
+	if q.MaxMemoryBytes == 0 {
+		q.MaxMemoryBytes = s.cfg.Server.DefaultMaxMemoryBytes
+	}
+	return q
+}
+
 // createOptions checks what the manager cannot (units, overflow) and adds
 // the caller's identity and quota; the manager validates the rest.
 func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sandbox.CreateOptions, error) {
@@ -44,13 +57,7 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 	case l.CPUs < 0 || l.MemoryBytes < 0 || l.DiskBytes < 0 || l.Pids < 0:
 		return sandbox.CreateOptions{}, invalid("limits must not be negative (0 takes the default)")
 	}
-	q := sandbox.Quota{MaxSandboxes: k.MaxSandboxes, MaxMemoryBytes: k.MaxMemoryBytes}
-	if q.MaxSandboxes == 0 {
-		q.MaxSandboxes = s.cfg.Server.DefaultMaxSandboxes
-	}
-	if q.MaxMemoryBytes == 0 {
-		q.MaxMemoryBytes = s.cfg.Server.DefaultMaxMemoryBytes
-	}
+	q := s.quota(k)
 	return sandbox.CreateOptions{
 		Template: req.Template, Runtime: req.Runtime,
 		Limits: sandbox.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},

@@ -111,6 +111,7 @@ func (s *Server) register() {
 	s.route("GET /v1/sandboxes/{id}/usage", s.usage, 0)
 	s.route("POST /v1/sandboxes/{id}/pause", s.pauseSandbox, 0)
 	s.route("POST /v1/sandboxes/{id}/resume", s.resumeSandbox, 0)
+	s.route("POST /v1/sandboxes/{id}/fork", s.forkSandbox, 0)
 
 	s.route("POST /v1/sandboxes/{id}/commands", s.runCommand, 0)
 	s.route("GET /v1/sandboxes/{id}/commands", s.listCommands, 0)

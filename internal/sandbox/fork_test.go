@@ -1,0 +1,280 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+)
+
+func requireRunsc(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath("runsc")
+	ocitest.Require(t, err == nil, "runsc not installed")
+}
+
+func TestFork(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	m := newManager(t, cfg)
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Metadata: map[string]string{"k": "v"}})
+	ctx := context.Background()
+	src.sh("echo before > /home/user/state.txt")
+	pid := startCounter(t, src)
+
+	t0 := time.Now()
+	sbs, err := m.Fork(ctx, src.sb.ID, 2, sandbox.Quota{})
+	t.Logf("fork into 2: %v", time.Since(t0))
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	if len(sbs) != 2 {
+		t.Fatalf("got %d forks", len(sbs))
+	}
+	forks := make([]*env, len(sbs))
+	for i, sb := range sbs {
+		if sb.State != sandbox.StateRunning || sb.ID == src.sb.ID || sb.Template != src.sb.Template ||
+			sb.Metadata["k"] != "v" || sb.Limits != src.sb.Limits || sb.Reason != "" || sb.ExpiresAt.IsZero() {
+			t.Errorf("fork record: %+v", sb)
+		}
+		a, err := m.Agent(sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forks[i] = &env{t: t, m: m, sb: sb, agent: a}
+	}
+	// Every copy of the counter (same pid) counts on from where it was.
+	var wg sync.WaitGroup
+	for _, e := range append([]*env{src}, forks...) {
+		wg.Go(func() { attachCounter(t, e.agent, pid) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	all := append([]*env{src}, forks...)
+	for i, e := range all {
+		if r := e.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
+			t.Errorf("sandbox %d: file: %q", i, r.stdout)
+		}
+		e.sh(fmt.Sprintf("echo %d > /home/user/mine-%d.txt", i, i))
+	}
+	for i, e := range all {
+		r := e.sh("ls /home/user/")
+		if want := fmt.Sprintf("mine-%d.txt\nstate.txt\n", i); r.stdout != want {
+			t.Errorf("sandbox %d sees %q, want %q", i, r.stdout, want)
+		}
+		if r = e.sh("hostname"); r.stdout != e.sb.ID.String()+"\n" {
+			t.Errorf("sandbox %d (%s): hostname %q", i, e.sb.ID, r.stdout)
+		}
+	}
+	if r := src.sh("echo still here"); r.stdout != "still here\n" {
+		t.Errorf("source after fork: %q", r.stdout)
+	}
+
+	for _, f := range forks {
+		hostPid := runtimePid(t, "runsc", f.sb.ID)
+		if err := m.Kill(ctx, f.sb.ID); err != nil {
+			t.Fatalf("kill fork: %v", err)
+		}
+		assertNothingLeft(t, cfg, f.sb.ID, hostPid)
+	}
+	if r := src.sh("cat /home/user/mine-0.txt"); r.stdout != "0\n" {
+		t.Errorf("source after killing forks: %q", r.stdout)
+	}
+}
+
+func TestForkLatency(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Limits.DefaultSandboxTimeout = 10 * time.Minute
+	m := newManager(t, cfg)
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	ctx := context.Background()
+	for _, n := range []int{1, 4, -1, -4} { // negative: with 200 MiB in use
+		if n == -1 {
+			src.sh("nohup python3 -c 'import time; b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(600)' >/dev/null 2>&1 & sleep 2")
+		}
+		t0 := time.Now()
+		sbs, err := m.Fork(ctx, src.sb.ID, max(n, -n), sandbox.Quota{})
+		took := time.Since(t0)
+		if err != nil {
+			t.Fatalf("fork %d: %v", n, err)
+		}
+		t.Logf("fork count %d (200 MiB in use: %v): %v", max(n, -n), n < 0, took)
+		for _, sb := range sbs {
+			a, err := m.Agent(sb.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := &env{t: t, m: m, sb: sb, agent: a}
+			if r := e.sh("echo ok"); r.stdout != "ok\n" {
+				t.Errorf("fork %s: %q", sb.ID, r.stdout)
+			}
+			if err := m.Kill(ctx, sb.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestForkRejects(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	m := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	for _, n := range []int{0, 17, -1} {
+		if _, err := m.Fork(ctx, src.sb.ID, n, sandbox.Quota{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("count %d: %v", n, err)
+		}
+	}
+	if _, err := m.Fork(ctx, src.sb.ID, 2, sandbox.Quota{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("fork past quota: %v", err)
+	}
+	// One fork was admitted and made, the other was not: the made one is
+	// unwound, record and all.
+	if got := len(m.Live()); got != 1 {
+		t.Errorf("%d live sandboxes after a failed fork", got)
+	}
+	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
+		t.Errorf("records after a failed fork: %+v %v", recs, err)
+	}
+	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
+		t.Errorf("state dir after a failed fork: %v", ents)
+	}
+	if out, _ := exec.Command("losetup", "-a").Output(); bytes.Count(out, []byte(cfg.StateDir)) != 1 {
+		t.Errorf("loop devices after a failed fork:\n%s", out)
+	}
+	if r := src.sh("echo ok"); r.stdout != "ok\n" {
+		t.Errorf("source after failed fork: %q", r.stdout)
+	}
+	if _, err := exec.LookPath("runc"); err == nil {
+		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc"})
+		if _, err := m.Fork(ctx, rc.sb.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("fork of runc sandbox: %v", err)
+		}
+	}
+	if _, err := m.Pause(ctx, src.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Fork(ctx, src.sb.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("fork of paused sandbox: %v", err)
+	}
+}
+
+// failingRestore is runsc whose restores succeed but report failure from
+// the failAt'th on, with the ids it restored.
+type failingRestore struct {
+	*oci.CLI
+	mu     sync.Mutex
+	n      int
+	failAt int
+	ids    []string
+}
+
+func (f *failingRestore) Restore(ctx context.Context, id string, b *oci.Bundle, img string, io oci.IO) error {
+	f.mu.Lock()
+	f.n++
+	fail := f.n >= f.failAt
+	f.ids = append(f.ids, id)
+	f.mu.Unlock()
+	if err := f.CLI.Restore(ctx, id, b, img, io); err != nil {
+		return err
+	}
+	if fail {
+		return errors.New("injected restore failure")
+	}
+	return nil
+}
+
+// A fork that fails after some forks are up unwinds all of them and
+// leaves the source running.
+func TestForkFailureUnwinds(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	rts := runtimes(cfg.Config)
+	fr := &failingRestore{CLI: rts["runsc"].(*oci.CLI), failAt: 3}
+	rts["runsc"] = fr
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	m, err := sandbox.NewManager(context.Background(), cfg, rts, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	src.sh("echo x > /home/user/x")
+	if _, err := m.Fork(ctx, src.sb.ID, 4, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("fork with failing restores: %v", err)
+	}
+	if len(fr.ids) != 4 {
+		t.Errorf("restored %d forks", len(fr.ids))
+	}
+	for _, id := range fr.ids {
+		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
+	}
+	if got := len(m.Live()); got != 1 {
+		t.Errorf("%d live sandboxes after a failed fork", got)
+	}
+	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
+		t.Errorf("records after a failed fork: %+v %v", recs, err)
+	}
+	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
+		t.Errorf("state dir after a failed fork: %v", ents)
+	}
+	if r := src.sh("cat /home/user/x"); r.stdout != "x\n" {
+		t.Errorf("source after failed fork: %q", r.stdout)
+	}
+}
+
+// A running sandbox whose container a crash left frozen (mid pause or
+// fork snapshot) is thawed when it is re-adopted, and a stale fork
+// snapshot dir is removed.
+func TestAdoptThawsFrozen(t *testing.T) {
+	forEachRuntime(t, func(t *testing.T, rt string) {
+		cfg := testConfig(t)
+		cfg.Adopt = true
+		m1 := newManager(t, cfg)
+		e := create(t, m1, sandbox.CreateOptions{Runtime: rt})
+		if err := runtimes(cfg.Config)[rt].(oci.Pauser).Pause(context.Background(), e.sb.ID.String()); err != nil {
+			t.Fatal(err)
+		}
+		stale := filepath.Join(cfg.StateDir, ".fork-123")
+		if err := os.MkdirAll(filepath.Join(stale, "checkpoint"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		m1.Close()
+
+		m2 := newManager(t, cfg)
+		sb, err := m2.Get(context.Background(), e.sb.ID)
+		if err != nil || sb.State != sandbox.StateRunning {
+			t.Fatalf("after restart: %+v, %v", sb, err)
+		}
+		t.Cleanup(func() { m2.Kill(context.Background(), sb.ID) })
+		e2 := &env{t: t, m: m2, sb: sb}
+		if e2.agent, err = m2.Agent(sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		if r := e2.sh("echo ok"); r.stdout != "ok\n" {
+			t.Errorf("after thaw: %q", r.stdout)
+		}
+		if _, err := os.Stat(stale); err == nil {
+			t.Errorf("stale fork dir kept")
+		}
+	})
+}
