@@ -47,10 +47,18 @@ func (l *Layer) Rootfs() string { return filepath.Join(l.dir, rootfsName) }
 
 // Mount creates dir and mounts a writable layer of size bytes over lower.
 // On failure everything made so far is unwound.
-func Mount(ctx context.Context, lower, dir string, size int64) (l *Layer, err error) {
+func Mount(ctx context.Context, lower, dir string, size int64) (*Layer, error) {
 	if size < MinSize {
 		return nil, fmt.Errorf("layer size %d below %d: %w", size, MinSize, errdefs.ErrInvalidArgument)
 	}
+	return mountLayer(ctx, lower, dir, true, func(img string) error { return makeImage(ctx, img, size) })
+}
+
+// mountLayer makes dir, creates its layer image with makeImg, loop-mounts it
+// and mounts the overlay over lower. A fresh image gets new upper and work
+// dirs; a copied one must already have them. On failure everything made so
+// far is unwound.
+func mountLayer(ctx context.Context, lower, dir string, fresh bool, makeImg func(image string) error) (l *Layer, err error) {
 	dir, err = filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("resolving dir: %w", err)
@@ -74,7 +82,7 @@ func Mount(ctx context.Context, lower, dir string, size int64) (l *Layer, err er
 	}()
 
 	image := filepath.Join(dir, imageName)
-	if err := makeImage(ctx, image, size); err != nil {
+	if err := makeImg(image); err != nil {
 		return nil, err
 	}
 	layer := filepath.Join(dir, layerName)
@@ -83,8 +91,12 @@ func Mount(ctx context.Context, lower, dir string, size int64) (l *Layer, err er
 	}
 	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
 	for _, d := range []string{upper, work} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", filepath.Base(d), err)
+		if fresh {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return nil, fmt.Errorf("creating %s: %w", filepath.Base(d), err)
+			}
+		} else if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("layer image has no %s dir: %w", filepath.Base(d), errdefs.ErrInvalidArgument)
 		}
 	}
 	root := filepath.Join(dir, rootfsName)
@@ -285,53 +297,13 @@ func Sync(dir string) error {
 // (e.g. of another sandbox's layer, see CopySparse) instead of a new one:
 // its upper and work dirs carry that layer's files. image itself is not
 // changed. On failure everything made so far is unwound.
-func MountImage(ctx context.Context, lower, dir, image string) (l *Layer, err error) {
-	dir, err = filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("resolving dir: %w", err)
-	}
-	if fi, err := os.Stat(lower); err != nil {
-		return nil, fmt.Errorf("checking lower dir: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("lower %s is not a directory: %w", lower, errdefs.ErrInvalidArgument)
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("creating layer dir: %w", errdefs.ErrAlreadyExists)
+func MountImage(ctx context.Context, lower, dir, image string) (*Layer, error) {
+	return mountLayer(ctx, lower, dir, false, func(img string) error {
+		if err := CopySparse(img, image); err != nil {
+			return fmt.Errorf("copying layer image: %w", err)
 		}
-		return nil, fmt.Errorf("creating layer dir: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = Unmount(context.WithoutCancel(ctx), dir)
-		}
-	}()
-	img := filepath.Join(dir, imageName)
-	if err := CopySparse(img, image); err != nil {
-		return nil, fmt.Errorf("copying layer image: %w", err)
-	}
-	layer := filepath.Join(dir, layerName)
-	if err := mountImage(img, layer); err != nil {
-		return nil, err
-	}
-	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
-	for _, d := range []string{upper, work} {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("layer image has no %s dir: %w", filepath.Base(d), errdefs.ErrInvalidArgument)
-		}
-	}
-	root := filepath.Join(dir, rootfsName)
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return nil, fmt.Errorf("creating rootfs dir: %w", err)
-	}
-	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
-	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
-		return nil, fmt.Errorf("mounting overlay: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("mounting layer: %w", err)
-	}
-	return &Layer{dir: dir}, nil
+		return nil
+	})
 }
 
 // CopySparse copies src to a new file dst, keeping src's holes: only the
