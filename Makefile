@@ -9,7 +9,7 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test bench clean
+.PHONY: setup deps build run test fuzz bench clean
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached)
@@ -32,9 +32,25 @@ run: setup
 	bin/kiln serve
 
 ## test: set up, then run the whole test suite (root-only tests need root)
+## and every fuzz target for a bounded time
 test: setup
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
+	$(MAKE) fuzz
+
+## fuzz: each fuzz target for FUZZTIME (crashers land in the package's
+## testdata/fuzz: commit them with the fix)
+FUZZTIME ?= 6s
+FUZZ_TARGETS := \
+	./internal/server:FuzzCreateSandboxBody ./internal/server:FuzzCommandBody ./internal/server:FuzzQuery \
+	./internal/agent/channel:FuzzFrameReader ./internal/agent/channel:FuzzAgentInput \
+	./internal/agent/channel:FuzzHostInput ./internal/agent/files:FuzzResolve
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		out=$$($(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out" | tail -1; \
+	done
 
 ## bench: benchmarks, results in docs/benchmarks.md
 bench: setup

@@ -95,7 +95,7 @@ func (st *Stream) deliver(f Frame) bool {
 			st.endMsg = end{Error: &api.Error{Code: api.CodeInternal, Message: "malformed end frame"}}
 		}
 		wake(st.writable)
-	default:
+	case FrameEvent, FrameData:
 		if st.ended {
 			return true
 		}
@@ -120,6 +120,10 @@ func (st *Stream) deliver(f Frame) bool {
 		}
 		st.queue = append(st.queue, f)
 		st.queued += f.cost
+	default:
+		// Hellos, calls and cancels are the session's business; anything
+		// else on a stream is a peer breaking the protocol.
+		return false
 	}
 	wake(st.readable)
 	return true

@@ -69,8 +69,11 @@ func Resolve(u User, p string) (string, error) {
 	case strings.ContainsRune(p, 0):
 		return "", apiErrorf(api.CodeInvalidArgument, "path contains a NUL byte")
 	case !filepath.IsAbs(p):
-		if u.Home == "" {
+		if !filepath.IsAbs(u.Home) { // none, or a relative one in a tampered /etc/passwd
 			return "", apiErrorf(api.CodeInvalidArgument, "relative path %q but user %s has no home", p, u.Name)
+		}
+		if strings.ContainsRune(u.Home, 0) {
+			return "", apiErrorf(api.CodeInvalidArgument, "user %s has a home with a NUL byte", u.Name)
 		}
 		p = filepath.Join(u.Home, p)
 	}
