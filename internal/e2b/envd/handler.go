@@ -1,9 +1,13 @@
 package envd
 
 import (
+	"context"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 
+	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem/filesystemconnect"
+	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -15,7 +19,9 @@ type Options struct {
 // Handler serves envd requests for any sandbox; the router in package e2b
 // resolves which one.
 type Handler struct {
-	log *slog.Logger
+	log      *slog.Logger
+	mux      *http.ServeMux
+	watchers *watchers
 }
 
 // New returns a Handler.
@@ -23,7 +29,14 @@ func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{log: o.Log}
+	h := &Handler{log: o.Log, mux: http.NewServeMux(), watchers: newWatchers()}
+	h.mux.Handle(processconnect.NewProcessHandler(processService{h}))
+	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}))
+	h.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h.mux.HandleFunc("GET /envs", h.envs)
+	h.mux.HandleFunc("GET /files", h.download)
+	h.mux.HandleFunc("POST /files", h.upload)
+	return h
 }
 
 // ServeSandbox serves one envd request for sandbox sb, reached through its
@@ -31,10 +44,50 @@ func New(o Options) *Handler {
 // already checked that sb exists, belongs to nobody else's routing and is
 // running.
 func (h *Handler) ServeSandbox(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, a *sandbox.Agent, token string) {
-	http.Error(w, "envd: not implemented yet", http.StatusNotImplemented)
+	if msg, ok := authorized(r, token); !ok {
+		writeError(w, http.StatusUnauthorized, msg)
+		return
+	}
+	ctx := context.WithValue(r.Context(), targetKey{}, &target{sb: sb, agent: a})
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// Signed reports whether r, a GET or POST /files without routing headers
-// (a sandbox.downloadUrl()/uploadUrl() URL), carries a valid, unexpired
-// signature made with token.
-func Signed(r *http.Request, token string) bool { return false }
+// target is the sandbox a request is for.
+type target struct {
+	sb    sandbox.Sandbox
+	agent *sandbox.Agent
+}
+
+type targetKey struct{}
+
+// targetOf returns the sandbox ServeSandbox put into ctx.
+func targetOf(ctx context.Context) *target {
+	t, _ := ctx.Value(targetKey{}).(*target)
+	if t == nil {
+		panic("envd: request did not come through ServeSandbox")
+	}
+	return t
+}
+
+// envs answers the sandbox's global environment variables.
+func (h *Handler) envs(w http.ResponseWriter, r *http.Request) {
+	env := targetOf(r.Context()).sb.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	writeJSON(w, http.StatusOK, env)
+}
+
+// writeError answers envd's plain-HTTP error body.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}{status, msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

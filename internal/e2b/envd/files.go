@@ -1,0 +1,252 @@
+package envd
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// download answers GET /files: the file's contents, streamed from the
+// agent, gzip-compressed when the client accepts it.
+func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	t := targetOf(ctx)
+	q := r.URL.Query()
+	user, ok := fileUser(q.Get("username"), t.sb)
+	if !ok {
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
+		return
+	}
+	p := wire.PathParams{Path: expandPath(q.Get("path"), t.sb), User: user}
+	fi, err := t.agent.Stat(ctx, p)
+	if err == nil && fi.Type == api.FileSymlink {
+		fi, err = t.resolveLink(ctx, user, fi)
+	}
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p.Path))
+		return
+	case err != nil:
+		writeAgentError(w, err)
+		return
+	case fi.Type == api.FileDir:
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", fi.Path))
+		return
+	}
+	hd := w.Header()
+	hd.Set("Vary", "Accept-Encoding")
+	ctype := mime.TypeByExtension(path.Ext(fi.Path))
+	if ctype == "" {
+		ctype = "application/octet-stream"
+	}
+	hd.Set("Content-Type", ctype)
+	hd.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": fi.Name}))
+	hd.Set("Last-Modified", fi.ModTime.UTC().Format(http.TimeFormat))
+	out := &lazyWriter{w: w}
+	var dst io.Writer = out
+	var gz *gzip.Writer
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		gz = gzip.NewWriter(out)
+		dst = gz
+		hd.Set("Content-Encoding", "gzip")
+	} else if fi.Size == 0 {
+		hd.Set("Content-Length", "0") // the SDK special-cases empty files by it
+	}
+	_, err = t.agent.ReadFile(ctx, wire.PathParams{Path: fi.Path, User: user}, dst)
+	if err == nil && gz != nil {
+		err = gz.Close()
+	}
+	switch {
+	case err == nil:
+		out.commit()
+	case !out.written:
+		hd.Del("Content-Length")
+		hd.Del("Content-Encoding")
+		hd.Del("Content-Disposition")
+		writeAgentError(w, err)
+	default:
+		// Part of the file was sent: only a broken connection tells the
+		// client it is incomplete.
+		h.log.Warn("download broke off", "sandbox_id", t.sb.ID, "path", fi.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// lazyWriter sends the success status only with the first byte, so that
+// an error before any content can still be an error response.
+type lazyWriter struct {
+	w       http.ResponseWriter
+	written bool
+}
+
+func (l *lazyWriter) Write(b []byte) (int, error) {
+	l.commit()
+	return l.w.Write(b)
+}
+
+func (l *lazyWriter) commit() {
+	if !l.written {
+		l.written = true
+		l.w.WriteHeader(http.StatusOK)
+	}
+}
+
+// acceptsGzip reports whether an Accept-Encoding header allows gzip.
+func acceptsGzip(header string) bool {
+	for _, part := range strings.Split(header, ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(name), "gzip") && strings.TrimSpace(name) != "*" {
+			continue
+		}
+		q := strings.ReplaceAll(params, " ", "")
+		return q != "q=0" && !strings.HasPrefix(q, "q=0.0") && q != "q=0."
+	}
+	return false
+}
+
+// fileEntry is one written file in POST /files' answer.
+type fileEntry struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// upload answers POST /files: a multipart form whose "file" parts are
+// written to the path query parameter or to their file names (which keep
+// their directories), or a raw application/octet-stream body written to
+// path; either may be gzip-encoded.
+func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
+	t := targetOf(r.Context())
+	q := r.URL.Query()
+	user, ok := fileUser(q.Get("username"), t.sb)
+	if !ok {
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
+		return
+	}
+	switch enc := r.Header.Get("Content-Encoding"); {
+	case strings.EqualFold(enc, "gzip"):
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: %v", err))
+			return
+		}
+		defer zr.Close()
+		r.Body = zr
+	case enc != "" && !strings.EqualFold(enc, "identity"):
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: unsupported Content-Encoding: %s", enc))
+		return
+	}
+	up := &uploader{t: t, user: user, path: q.Get("path"), hasPath: q.Has("path") && q.Get("path") != ""}
+	ctype := r.Header.Get("Content-Type")
+	media, _, _ := mime.ParseMediaType(ctype)
+	var status int
+	var msg string
+	switch {
+	case media == "application/octet-stream":
+		status, msg = up.raw(r)
+	case strings.HasPrefix(media, "multipart/"):
+		status, msg = up.multipart(r)
+	default:
+		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", ctype)
+	}
+	if status != http.StatusOK {
+		writeError(w, status, msg)
+		return
+	}
+	writeJSON(w, http.StatusOK, up.written)
+}
+
+// uploader writes the files of one upload.
+type uploader struct {
+	t       *target
+	user    string
+	path    string
+	hasPath bool
+	written []fileEntry
+}
+
+func (u *uploader) raw(r *http.Request) (int, string) {
+	if !u.hasPath {
+		return http.StatusBadRequest, "path query parameter is required for raw body upload"
+	}
+	return u.write(r, u.path, r.Body)
+}
+
+func (u *uploader) multipart(r *http.Request) (int, string) {
+	mr, err := r.MultipartReader()
+	if err != nil {
+		return http.StatusBadRequest, fmt.Sprintf("error parsing multipart form: %v", err)
+	}
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return http.StatusBadRequest, fmt.Sprintf("error reading form: %v", err)
+		}
+		if part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		target := u.path
+		if !u.hasPath {
+			target = fileNameWithPath(part.Header.Get("Content-Disposition"))
+		}
+		status, msg := u.write(r, target, part)
+		part.Close()
+		if status != http.StatusOK {
+			return status, msg
+		}
+	}
+	return http.StatusOK, ""
+}
+
+// write streams one file to the agent.
+func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, string) {
+	if target == "" {
+		return http.StatusBadRequest, "no path given: set the path query parameter or the part's file name"
+	}
+	p := expandPath(target, u.t.sb)
+	for _, e := range u.written {
+		if e.Path == p || e.Path == target {
+			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request, only the first specified file was uploaded", e.Path)
+		}
+	}
+	fi, err := u.t.agent.WriteFile(r.Context(), wire.WriteParams{Path: p, User: u.user}, body)
+	if err != nil {
+		return httpStatus(err)
+	}
+	for _, e := range u.written {
+		if e.Path == fi.Path {
+			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", fi.Path)
+		}
+	}
+	u.written = append(u.written, fileEntry{Path: fi.Path, Name: path.Base(fi.Path), Type: "file"})
+	return http.StatusOK, ""
+}
+
+// fileNameWithPath is a form part's file name with its directories, which
+// the SDKs use to name the sandbox path (mime/multipart's FileName drops
+// them).
+func fileNameWithPath(disposition string) string {
+	_, params, err := mime.ParseMediaType(disposition)
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+func writeAgentError(w http.ResponseWriter, err error) {
+	status, msg := httpStatus(err)
+	writeError(w, status, msg)
+}
