@@ -13,7 +13,12 @@ type Sandbox struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Metadata  map[string]string `json:"metadata,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at,omitzero"`
+	// ExpiresAt is when a running sandbox is killed (or paused, with
+	// AutoPause), and when a paused one is deleted.
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// AutoPause: paused instead of killed when its time is up, and resumed
+	// by the next call that uses it.
+	AutoPause bool `json:"auto_pause,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Zero fields take the template's
@@ -33,6 +38,10 @@ type CreateSandboxRequest struct {
 	Limits   Limits            `json:"limits,omitzero"`
 	Env      map[string]string `json:"env,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// AutoPause pauses the sandbox instead of killing it when its timeout
+	// expires; the next command, file or code call (or a resume) resumes
+	// it, with its timeout starting over.
+	AutoPause bool `json:"auto_pause,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/channel"
@@ -33,6 +34,10 @@ type Server struct {
 	files *files.Service
 	// contexts holds the code contexts (kernels); see code.go.
 	contexts *kernel.Contexts
+
+	idMu      sync.Mutex // guards sandboxID and env; see identify.go
+	sandboxID string
+	env       []string // the sandbox's environment, without KILN_*
 }
 
 // New returns a Server; its process table (reaper, OOM guard) runs until
@@ -41,23 +46,20 @@ func New(cfg Config, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{
-		cfg: cfg,
-		log: log,
-		procs: process.NewTable(process.Options{
-			Log:         log.With("component", "process"),
-			BaseEnv:     cfg.BaseEnv,
-			OutputLimit: cfg.OutputLimit,
-			ReplayBytes: cfg.ReplayBytes,
-			History:     cfg.History,
-			ReapAll:     cfg.ReapAll,
-			MemoryLimit: cfg.MemoryLimit,
-			OOMGuard:    cfg.OOMGuard,
-			PidsLimit:   cfg.PidsLimit,
-			PidsCgroup:  cfg.PidsCgroup,
-		}),
-		files: files.New(log.With("component", "files")),
-	}
+	s := &Server{cfg: cfg, log: log, sandboxID: cfg.SandboxID, env: cfg.BaseEnv}
+	s.procs = process.NewTable(process.Options{
+		Log:         log.With("component", "process"),
+		BaseEnv:     s.baseEnv(),
+		OutputLimit: cfg.OutputLimit,
+		ReplayBytes: cfg.ReplayBytes,
+		History:     cfg.History,
+		ReapAll:     cfg.ReapAll,
+		MemoryLimit: cfg.MemoryLimit,
+		OOMGuard:    cfg.OOMGuard,
+		PidsLimit:   cfg.PidsLimit,
+		PidsCgroup:  cfg.PidsCgroup,
+	})
+	s.files = files.New(log.With("component", "files"))
 	s.contexts = newContexts(s)
 	return s
 }
@@ -80,6 +82,8 @@ func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, 
 	switch method {
 	case wire.MethodPing:
 		return wire.Pong{Agent: Version}, nil
+	case wire.MethodIdentify:
+		return call(params, func(p wire.IdentifyParams) (any, error) { return nil, s.identify(p) })
 	case wire.MethodExec:
 		return call(params, func(p wire.ExecParams) (any, error) { return s.exec(ctx, st, p) })
 	case wire.MethodAttach:

@@ -186,7 +186,7 @@ func (s *Server) kernelOptions(user, cwd string, env map[string]string) (kernel.
 	if err != nil {
 		return kernel.Options{}, err
 	}
-	return kernel.Options{Cwd: dir, Env: kernelEnv(s.cfg.BaseEnv, acct, env), UID: acct.uid, GID: acct.gid}, nil
+	return kernel.Options{Cwd: dir, Env: kernelEnv(s.baseEnv(), acct, env), UID: acct.uid, GID: acct.gid}, nil
 }
 
 // kernelEnv layers defaults, the sandbox's environment, the user's

@@ -12,7 +12,8 @@ import (
 // Config is kiln-agent's configuration. The host sets it through the
 // sandbox's environment (the OCI spec's process.env):
 //
-//	KILN_SANDBOX_ID       the sandbox's id, for logs
+//	KILN_SANDBOX_ID       the sandbox's id, for logs; processes and kernels
+//	                      see it too (the one KILN_* variable they do)
 //	KILN_MEMORY_LIMIT     the sandbox's memory limit in bytes (0: unknown);
 //	                      named in out-of-memory exit messages
 //	KILN_OOM_GUARD        1/true: run the userspace OOM guard (for gVisor,
@@ -30,8 +31,9 @@ import (
 //	KILN_PROCESS_HISTORY  ended processes remembered for attach and list (64)
 //	KILN_LOG_LEVEL        debug, info (default), warn or error
 //
-// Every KILN_* variable is removed from the environment that processes
-// inherit (BaseEnv).
+// Every other KILN_* variable is removed from the environment that
+// processes inherit (BaseEnv). A restored agent learns its new id and
+// environment from the host (wire.MethodIdentify).
 type Config struct {
 	SandboxID   string
 	MemoryLimit int64

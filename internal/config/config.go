@@ -49,6 +49,10 @@ type Server struct {
 	// after SIGTERM before their contexts are cancelled
 	// (KILN_SHUTDOWN_GRACE).
 	ShutdownGrace time.Duration
+	// Pools are the sizes of the pools of ready sandboxes per template
+	// (KILN_POOL, e.g. "code-interpreter=2"; default none).
+	Pools    Pools
+	poolsErr error // a malformed KILN_POOL, for Validate
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -62,6 +66,13 @@ type Limits struct {
 	DefaultOutputBytes, MaxOutputBytes int64
 	// A sandbox lives this long unless its timeout is set or extended.
 	DefaultSandboxTimeout, MaxSandboxTimeout time.Duration
+	// MaxPausedLifetime is how long a sandbox may stay paused before it is
+	// deleted, image and all (KILN_MAX_PAUSED; 0: forever).
+	MaxPausedLifetime time.Duration
+	// Snapshots one owner may keep: how many and how many bytes in total
+	// (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES; 0: unlimited).
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 }
 
 const (
@@ -91,6 +102,8 @@ func Default() Config {
 			DefaultCommandTimeout: 60 * time.Second, MaxCommandTimeout: 24 * time.Hour,
 			DefaultOutputBytes: 16 * MiB, MaxOutputBytes: 1 * GiB,
 			DefaultSandboxTimeout: 5 * time.Minute, MaxSandboxTimeout: 24 * time.Hour,
+			MaxPausedLifetime: 7 * 24 * time.Hour,
+			MaxSnapshots:      50, MaxSnapshotBytes: 50 * GiB,
 		},
 		Server: Server{
 			Listen:              "127.0.0.1:8420",
@@ -147,6 +160,28 @@ func FromEnv() Config {
 		}
 		c.Server.DefaultMaxMemoryBytes = n
 	}
+	if v := os.Getenv("KILN_MAX_PAUSED"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			d = -1
+		}
+		c.Limits.MaxPausedLifetime = d
+	}
+	if v := os.Getenv("KILN_MAX_SNAPSHOTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1
+		}
+		c.Limits.MaxSnapshots = n
+	}
+	if v := os.Getenv("KILN_MAX_SNAPSHOT_BYTES"); v != "" {
+		n, err := ParseBytes(v)
+		if err != nil {
+			n = -1
+		}
+		c.Limits.MaxSnapshotBytes = n
+	}
+	c.Server.Pools, c.Server.poolsErr = ParsePools(os.Getenv("KILN_POOL"))
 	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -183,6 +218,12 @@ func (c *Config) Validate() error {
 	if l.DefaultDiskBytes < 64*MiB || l.DefaultDiskBytes > l.MaxDiskBytes {
 		errs = append(errs, errors.New("default disk must be at least 64 MiB and at most the maximum"))
 	}
+	if l.MaxPausedLifetime < 0 {
+		errs = append(errs, errors.New("max paused lifetime (KILN_MAX_PAUSED) must be a duration such as 168h, or 0 for forever"))
+	}
+	if l.MaxSnapshots < 0 || l.MaxSnapshotBytes < 0 {
+		errs = append(errs, errors.New("snapshot limits (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES) must be a count and a size such as 50G, or 0 for unlimited"))
+	}
 	errs = append(errs, c.Server.validate())
 	return errors.Join(errs...)
 }
@@ -197,6 +238,9 @@ func (s Server) validate() error {
 	}
 	if s.DefaultMaxMemoryBytes < 64*MiB {
 		errs = append(errs, errors.New("default max memory per key (KILN_MAX_MEMORY) must be a size of at least 64M"))
+	}
+	if s.poolsErr != nil {
+		errs = append(errs, fmt.Errorf("KILN_POOL: %w", s.poolsErr))
 	}
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))

@@ -26,6 +26,12 @@ func (a *Agent) Ping(ctx context.Context) error {
 	return a.invoke(ctx, wire.MethodPing, struct{}{}, &p)
 }
 
+// Identify tells a restored agent which sandbox it serves now: its id and
+// environment (see wire.MethodIdentify).
+func (a *Agent) Identify(ctx context.Context, p wire.IdentifyParams) error {
+	return a.invoke(ctx, wire.MethodIdentify, p, nil)
+}
+
 // Exec starts a process and streams its events to emit until it exits,
 // ctx is done (the process is detached, not killed) or emit fails.
 func (a *Agent) Exec(ctx context.Context, p wire.ExecParams, emit func(api.Event) error) (*api.ExitStatus, error) {

@@ -158,7 +158,8 @@ func (m *Manager) forkOne(ctx context.Context, src Sandbox, tmpl *template.Templ
 	rec.ID, rec.State, rec.Reason = id, StateCreating, ""
 	rec.Env, rec.Metadata = maps.Clone(src.Env), maps.Clone(src.Metadata)
 	rec.Node, rec.CreatedAt = m.cfg.Node, now
-	rec.ExpiresAt = now.Add(m.cfg.Limits.DefaultSandboxTimeout)
+	rec.Timeout = m.cfg.Limits.DefaultSandboxTimeout
+	rec.ExpiresAt, rec.PausedAt = now.Add(rec.Timeout), time.Time{}
 	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: rec}
 	rt := m.runtimes[rec.Runtime]
 	log := m.log.With("sandbox_id", id, "fork_of", src.ID)
@@ -230,6 +231,9 @@ func (m *Manager) forkOne(ctx context.Context, src Sandbox, tmpl *template.Templ
 		return nil, fmt.Errorf("connecting to the forked agent: %w%s", err, agentLogTail(b.dir))
 	}
 	undo = append(undo, func(context.Context) error { return conn.Close() })
+	if err := m.identify(ctx, conn, b.rec); err != nil {
+		return nil, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := m.transition(ctx, b, StateRunning, ""); err != nil {

@@ -78,8 +78,8 @@ func TestFork(t *testing.T) {
 		if want := fmt.Sprintf("mine-%d.txt\nstate.txt\n", i); r.stdout != want {
 			t.Errorf("sandbox %d sees %q, want %q", i, r.stdout, want)
 		}
-		if r = e.sh("hostname"); r.stdout != e.sb.ID.String()+"\n" {
-			t.Errorf("sandbox %d (%s): hostname %q", i, e.sb.ID, r.stdout)
+		if r = e.sh("hostname; echo $KILN_SANDBOX_ID"); r.stdout != strings.Repeat(e.sb.ID.String()+"\n", 2) {
+			t.Errorf("sandbox %d (%s): hostname and KILN_SANDBOX_ID %q", i, e.sb.ID, r.stdout)
 		}
 	}
 	if r := src.sh("echo still here"); r.stdout != "still here\n" {

@@ -72,7 +72,12 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
 	rec := b.rec
-	rec.ExpiresAt = time.Now().UTC().Add(d)
+	// A paused sandbox keeps its deletion time; its timeout applies from
+	// its resume.
+	rec.Timeout = d
+	if rec.State == StateRunning {
+		rec.ExpiresAt = time.Now().UTC().Add(d)
+	}
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return Sandbox{}, fmt.Errorf("recording timeout: %w", err)
 	}
@@ -80,7 +85,9 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 	return rec, nil
 }
 
-// reaper kills sandboxes whose time is up.
+// reaper ends sandboxes whose time is up: running ones are killed, or
+// paused if they have AutoPause; paused ones are deleted once they have
+// been paused for MaxPausedLifetime.
 func (m *Manager) reaper() {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
@@ -90,19 +97,53 @@ func (m *Manager) reaper() {
 			return
 		case now := <-t.C:
 			for _, sb := range m.Live() {
-				if sb.State != StateRunning || sb.ExpiresAt.IsZero() || now.Before(sb.ExpiresAt) {
+				if !expired(sb, now) {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				if err := m.destroy(ctx, sb.ID, StateStopped, "timeout expired"); err != nil {
-					m.log.Error("reaping expired sandbox", "sandbox_id", sb.ID, "err", err)
-				} else {
-					m.log.Info("reaped expired sandbox", "sandbox_id", sb.ID)
-				}
+				m.expire(ctx, sb.ID, now)
 				cancel()
 			}
 		}
 	}
+}
+
+// expired reports whether sb's time is up at now.
+func expired(sb Sandbox, now time.Time) bool {
+	return (sb.State == StateRunning || sb.State == StatePaused) && !sb.ExpiresAt.IsZero() && !now.Before(sb.ExpiresAt)
+}
+
+// expire ends an expired sandbox, checking again under its lock (its
+// timeout may just have been extended).
+func (m *Manager) expire(ctx context.Context, id ID, now time.Time) {
+	b, err := m.box(id)
+	if err != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !expired(b.rec, now) {
+		return
+	}
+	log := m.log.With("sandbox_id", id)
+	reason := "timeout expired"
+	switch {
+	case b.rec.State == StatePaused:
+		reason = fmt.Sprintf("paused for longer than %v", m.cfg.Limits.MaxPausedLifetime)
+	case b.rec.AutoPause:
+		_, err := m.pauseLocked(ctx, b)
+		if err == nil {
+			log.Info("auto-paused expired sandbox")
+			return
+		}
+		log.Error("auto-pausing expired sandbox; killing it instead", "err", err)
+		reason = "timeout expired; pausing it failed: " + err.Error()
+	}
+	if err := m.destroyLocked(ctx, b, StateStopped, reason); err != nil {
+		log.Error("reaping expired sandbox", "err", err)
+		return
+	}
+	log.Info("reaped expired sandbox", "reason", reason)
 }
 
 // Usage reports a live sandbox's resource use from its cgroup and layer.

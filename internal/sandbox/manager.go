@@ -191,7 +191,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
 		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
 		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
-		CreatedAt: now, ExpiresAt: now.Add(timeout),
+		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
 

@@ -32,8 +32,9 @@ const (
 // On runc (no checkpoint) the container is frozen: its processes stop
 // being scheduled, but their memory stays allocated.
 //
-// Paused sandboxes do not expire: the reaper only reaps running ones, so a
-// paused sandbox lives until it is resumed or killed (as on E2B).
+// A paused sandbox's timeout stops; it is deleted once it has been paused
+// for the server's MaxPausedLifetime (its ExpiresAt says when), unless it
+// is resumed or killed first.
 func (m *Manager) Pause(ctx context.Context, id ID) (Sandbox, error) {
 	b, err := m.box(id)
 	if err != nil {
@@ -41,6 +42,12 @@ func (m *Manager) Pause(ctx context.Context, id ID) (Sandbox, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return m.pauseLocked(ctx, b)
+}
+
+// pauseLocked is Pause for a caller holding b.mu.
+func (m *Manager) pauseLocked(ctx context.Context, b *box) (_ Sandbox, err error) {
+	id := b.rec.ID
 	if b.rec.State != StateRunning {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
@@ -57,6 +64,11 @@ func (m *Manager) Pause(ctx context.Context, id ID) (Sandbox, error) {
 	}
 	if err != nil {
 		return Sandbox{}, err
+	}
+	now := time.Now().UTC()
+	b.rec.PausedAt, b.rec.ExpiresAt = now, time.Time{}
+	if l := m.cfg.Limits.MaxPausedLifetime; l > 0 {
+		b.rec.ExpiresAt = now.Add(l)
 	}
 	if err := m.transition(ctx, b, StatePaused, ""); err != nil {
 		return Sandbox{}, err
@@ -151,7 +163,7 @@ func syncDir(dir string) error {
 // is missing or corrupt) the sandbox is failed with the reason and
 // destroyed. A runc sandbox is thawed.
 //
-// A sandbox that expired while paused gets the default timeout again.
+// Its timeout starts over: it expires its Timeout from now.
 func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
 	b, err := m.box(id)
 	if err != nil {
@@ -159,6 +171,28 @@ func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return m.resumeLocked(ctx, b)
+}
+
+// Wake resumes a paused sandbox that has AutoPause, as any use of it
+// does; other sandboxes are returned as they are. Concurrent callers wait
+// for one resume.
+func (m *Manager) Wake(ctx context.Context, id ID) (Sandbox, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return m.store.GetSandbox(ctx, id)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StatePaused || !b.rec.AutoPause {
+		return b.rec, nil
+	}
+	return m.resumeLocked(ctx, b)
+}
+
+// resumeLocked is Resume for a caller holding b.mu.
+func (m *Manager) resumeLocked(ctx context.Context, b *box) (Sandbox, error) {
+	id := b.rec.ID
 	if b.rec.State != StatePaused {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
@@ -189,9 +223,12 @@ func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
 	} else {
 		return Sandbox{}, fmt.Errorf("runtime %s cannot resume: %w", b.rec.Runtime, errdefs.ErrFailedPrecondition)
 	}
-	if now := time.Now().UTC(); !b.rec.ExpiresAt.IsZero() && !b.rec.ExpiresAt.After(now) {
-		b.rec.ExpiresAt = now.Add(m.cfg.Limits.DefaultSandboxTimeout)
+	timeout := b.rec.Timeout
+	if timeout <= 0 {
+		timeout = m.cfg.Limits.DefaultSandboxTimeout
 	}
+	now := time.Now().UTC()
+	b.rec.ExpiresAt, b.rec.PausedAt = now.Add(timeout), time.Time{}
 	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
 		return Sandbox{}, err
 	}
@@ -293,6 +330,17 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 		}
 		if st.Status != oci.StatusPaused {
 			return fmt.Errorf("its container is %s", st.Status)
+		}
+	}
+	if rec.PausedAt.IsZero() {
+		// Paused by a kiln from before paused sandboxes were reclaimed:
+		// its time to live starts now.
+		rec.PausedAt, rec.ExpiresAt = time.Now().UTC(), time.Time{}
+		if l := m.cfg.Limits.MaxPausedLifetime; l > 0 {
+			rec.ExpiresAt = rec.PausedAt.Add(l)
+		}
+		if err := m.store.PutSandbox(ctx, rec); err != nil {
+			return fmt.Errorf("recording its paused lifetime: %w", err)
 		}
 	}
 	m.mu.Lock()

@@ -37,6 +37,14 @@ type Sandbox struct {
 	Node      string            `json:"node,omitempty"`  // the kiln serve that runs it
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at,omitzero"` // zero: never
+	// AutoPause pauses the sandbox instead of killing it when its time is
+	// up; using it again resumes it.
+	AutoPause bool `json:"auto_pause,omitempty"`
+	// Timeout is the lifetime that create, SetTimeout and resume give it
+	// (0: the server's default).
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// PausedAt is when it was paused; zero unless it is paused.
+	PausedAt time.Time `json:"paused_at,omitzero"`
 }
 
 // CreateOptions say what sandbox to make. Zero values take the template's
@@ -52,6 +60,10 @@ type CreateOptions struct {
 	Timeout time.Duration
 	Owner   string // API key id, "" for local use
 	Quota   Quota  // the owner's limits across its live sandboxes
+	// AutoPause pauses the sandbox instead of killing it when its timeout
+	// expires (runsc: checkpoint; runc: freeze); a resume (explicit, or
+	// any data-plane call through the API) brings it back.
+	AutoPause bool
 }
 
 // Quota bounds what one owner may hold at once; zero fields are unlimited.

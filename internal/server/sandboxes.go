@@ -63,7 +63,7 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 		Limits: sandbox.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},
 		Env:    req.Env, Metadata: req.Metadata,
 		Timeout: time.Duration(req.Timeout) * time.Second,
-		Owner:   k.ID, Quota: q,
+		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause,
 	}, nil
 }
 
@@ -199,14 +199,22 @@ func (s *Server) lookup(r *http.Request) (sandbox.Sandbox, error) {
 // running is lookup for routes that need a running sandbox.
 func (s *Server) running(r *http.Request) (sandbox.Sandbox, error) {
 	sb, err := s.lookup(r)
-	if err == nil && sb.State != sandbox.StateRunning {
-		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
-		if sb.Reason != "" {
-			msg += " (" + sb.Reason + ")"
-		}
-		err = fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
+	if err == nil {
+		err = runningErr(sb)
 	}
 	return sb, err
+}
+
+// runningErr is the error for using a sandbox that is not running.
+func runningErr(sb sandbox.Sandbox) error {
+	if sb.State == sandbox.StateRunning {
+		return nil
+	}
+	msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
+	if sb.Reason != "" {
+		msg += " (" + sb.Reason + ")"
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
 }
 
 // agent returns the agent of the caller's running sandbox {id}.
@@ -215,9 +223,18 @@ func (s *Server) agent(r *http.Request) (*sandbox.Agent, error) {
 	return a, err
 }
 
-// agentFor is agent that also returns the sandbox's record.
+// agentFor is agent that also returns the sandbox's record. Using a
+// sandbox that paused itself at its timeout (auto_pause) resumes it.
 func (s *Server) agentFor(r *http.Request) (*sandbox.Agent, sandbox.Sandbox, error) {
-	sb, err := s.running(r)
+	sb, err := s.lookup(r)
+	if err == nil && sb.State == sandbox.StatePaused && sb.AutoPause {
+		if sb, err = s.m.Wake(r.Context(), sb.ID); err != nil {
+			err = fmt.Errorf("resuming auto-paused sandbox: %w", err)
+		}
+	}
+	if err == nil {
+		err = runningErr(sb)
+	}
 	if err != nil {
 		return nil, sb, err
 	}
@@ -232,7 +249,7 @@ func toAPI(sb sandbox.Sandbox) api.Sandbox {
 		State: string(sb.State), Reason: sb.Reason,
 		Limits: api.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},
 		Env:    sb.Env, Metadata: sb.Metadata,
-		CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt,
+		CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, AutoPause: sb.AutoPause,
 	}
 }
 

@@ -28,7 +28,7 @@ func (t *Table) Start(s Spec) (*Process, *Subscription, error) {
 	if len(s.Args) == 0 || s.Args[0] == "" {
 		return nil, nil, apiErrorf(api.CodeInvalidArgument, "no command given")
 	}
-	env := buildEnv(t.opts.BaseEnv, s.User, s.PTY != nil, s.Env)
+	env := buildEnv(*t.baseEnv.Load(), s.User, s.PTY != nil, s.Env)
 	argv0, ok := lookPath(s.Args[0], getenv(env, "PATH"))
 	if !ok {
 		return nil, nil, apiErrorf(api.CodeNotFound, "executable %q not found", s.Args[0])

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -91,9 +92,10 @@ type Spec struct {
 // Table is the set of processes started through the agent, running and
 // recently ended.
 type Table struct {
-	opts   Options
-	log    *slog.Logger
-	reaper *reaper
+	opts    Options
+	log     *slog.Logger
+	reaper  *reaper
+	baseEnv atomic.Pointer[[]string] // opts.BaseEnv until SetBaseEnv
 
 	mu      sync.Mutex
 	running map[int]*Process
@@ -127,6 +129,7 @@ func NewTable(o Options) *Table {
 		busy:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
+	t.baseEnv.Store(&o.BaseEnv)
 	if o.PidsCgroup != "" {
 		f, err := newForker(o.PidsCgroup)
 		if err != nil {
@@ -138,6 +141,13 @@ func NewTable(o Options) *Table {
 		go t.guard(o.OOMInterval)
 	}
 	return t
+}
+
+// SetBaseEnv replaces the environment that processes started from now on
+// inherit (Options.BaseEnv); running processes keep theirs.
+func (t *Table) SetBaseEnv(env []string) {
+	env = slices.Clone(env)
+	t.baseEnv.Store(&env)
 }
 
 // Get returns a running or recently ended process.

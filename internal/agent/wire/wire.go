@@ -8,6 +8,14 @@ package wire
 const (
 	// MethodPing returns Pong; the command round-trip floor.
 	MethodPing = "ping"
+	// MethodIdentify tells the agent which sandbox it serves now
+	// (IdentifyParams). A sandbox restored from a checkpoint (a fork, a
+	// snapshot, a warm template or pool) starts with the memory of the
+	// agent that was checkpointed, whose identity and environment were
+	// another sandbox's; the host sends this on the first session of every
+	// such sandbox, before anything else. Processes and contexts started
+	// afterwards see the new environment; running ones keep theirs.
+	MethodIdentify = "identify"
 
 	// MethodExec starts a process (ExecParams) and streams its events:
 	// start, stdout/stderr (with seq), exit. Closing the stream detaches;
@@ -56,6 +64,14 @@ const (
 	// on.
 	MethodWatch = "watch"
 )
+
+// IdentifyParams is a sandbox's identity: its id (KILN_SANDBOX_ID in
+// what processes see) and its environment, which replaces the one the
+// agent started with (Env holds no KILN_* variables).
+type IdentifyParams struct {
+	SandboxID string            `json:"sandbox_id"`
+	Env       map[string]string `json:"env,omitempty"`
+}
 
 // Users a caller may name; anything else is rejected.
 const (

@@ -60,6 +60,10 @@ func stored(s sandbox.Sandbox) sandbox.Sandbox {
 	if !s.ExpiresAt.IsZero() {
 		s.ExpiresAt = s.ExpiresAt.Truncate(time.Microsecond).UTC()
 	}
+	if !s.PausedAt.IsZero() {
+		s.PausedAt = s.PausedAt.Truncate(time.Microsecond).UTC()
+	}
+	s.Timeout = s.Timeout.Truncate(time.Millisecond)
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
@@ -114,6 +118,8 @@ func testSandboxRoundTrip(t *testing.T, s store.Backend) {
 		Owner:    "key_0123456789ab", Node: "host-1",
 		CreatedAt: base,
 		ExpiresAt: base.Add(90*time.Minute + 123456789*time.Nanosecond),
+		AutoPause: true, Timeout: 5*time.Minute + 1500*time.Microsecond,
+		PausedAt: base.Add(time.Hour + 987654321*time.Nanosecond),
 	}
 	local := full
 	local.ID = "rtlocal000001"

@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+)
+
+// sandboxIDVar names the sandbox's id in the environment of processes and
+// kernels: the one KILN_* variable they see.
+const sandboxIDVar = "KILN_SANDBOX_ID"
+
+// identify takes on the identity the host gives a restored agent: its
+// sandbox id and environment replace the ones of the sandbox that was
+// checkpointed, for processes and contexts started from now on.
+func (s *Server) identify(p wire.IdentifyParams) error {
+	if p.SandboxID == "" || strings.ContainsAny(p.SandboxID, "=\x00") {
+		return &api.Error{Code: api.CodeInvalidArgument, Message: "identify: invalid sandbox id"}
+	}
+	env := make([]string, 0, len(p.Env))
+	for k, v := range p.Env {
+		if k == "" || strings.HasPrefix(k, "KILN_") || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return &api.Error{Code: api.CodeInvalidArgument, Message: "identify: invalid environment variable " + k}
+		}
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	s.idMu.Lock()
+	old := s.sandboxID
+	s.sandboxID, s.env = p.SandboxID, env
+	s.idMu.Unlock()
+	s.procs.SetBaseEnv(s.baseEnv())
+	if old != p.SandboxID {
+		s.log.Info("agent now serves another sandbox", "was", old, "sandbox_id", p.SandboxID)
+	}
+	return nil
+}
+
+// baseEnv is what processes and kernels inherit: the sandbox's
+// environment and its id.
+func (s *Server) baseEnv() []string {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	env := slices.Clone(s.env)
+	if s.sandboxID != "" {
+		env = append(env, sandboxIDVar+"="+s.sandboxID)
+	}
+	return env
+}

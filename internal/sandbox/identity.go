@@ -1,0 +1,40 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// identifyTimeout bounds the identify call to a restored agent.
+const identifyTimeout = 10 * time.Second
+
+// identify gives the agent of a sandbox restored from a checkpoint (a
+// fork, a snapshot, a warm template or pool) the identity of rec: its id
+// (KILN_SANDBOX_ID) and environment. Without it the restored agent keeps
+// the ones of the sandbox that was checkpointed, in memory. Call it on the
+// restored sandbox's first session, before the sandbox is served.
+//
+// An agent too old to know the call (a checkpoint from an earlier kiln)
+// answers invalid_argument; that is logged and tolerated, the sandbox then
+// keeps the checkpoint's environment.
+func (m *Manager) identify(ctx context.Context, conn *channel.Conn, rec Sandbox) error {
+	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
+	defer cancel()
+	a := &Agent{conn: conn}
+	err := a.Identify(ctx, wire.IdentifyParams{SandboxID: rec.ID.String(), Env: rec.Env})
+	if errors.Is(err, errdefs.ErrInvalidArgument) {
+		m.log.Warn("restored agent does not take a new identity; it keeps the checkpoint's environment",
+			"sandbox_id", rec.ID, "agent", conn.Agent().Agent, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("giving the restored agent its identity: %w", err)
+	}
+	return nil
+}
