@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/server"
@@ -81,8 +82,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ln.Close()
 		return err
 	}
+	secret, err := e2b.LoadSecret(filepath.Join(cfg.DataDir, "e2b.secret"))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	h := server.New(server.Options{
 		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: version,
+		E2B: &e2b.Options{Secret: secret},
 	})
 	hs := &http.Server{
 		Handler:           h,

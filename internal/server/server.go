@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -39,6 +40,9 @@ type Options struct {
 	// PingInterval is the silence after which streams send a ping event
 	// (default 15s).
 	PingInterval time.Duration
+	// E2B, if set, also serves E2B's API on the same handler (see
+	// mountE2B); Manager, Log and its hooks are filled in here.
+	E2B *e2b.Options
 }
 
 // Server serves the API. It is an http.Handler; Shutdown drains its
@@ -87,7 +91,7 @@ func New(o Options) *Server {
 	}
 	s.drain, s.cancelDrain = context.WithCancel(context.Background())
 	s.register()
-	s.handler = s.observe(s.mux)
+	s.handler = s.observe(s.mountE2B(o.E2B, o.Log, s.mux))
 	return s
 }
 

@@ -1,0 +1,212 @@
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/e2b"
+	"github.com/kiln-sh/kiln/internal/metrics"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
+	"github.com/kiln-sh/kiln/internal/server"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// agentPath is a kiln-agent built once for the package's tests.
+var agentPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
+
+// testRuntime is the runtime of the tests' sandboxes (E2B's API has no
+// runtime choice, so it is the server's default).
+func testRuntime() string {
+	if rt := os.Getenv("KILN_TEST_RUNTIME"); rt != "" {
+		return rt
+	}
+	return "runsc"
+}
+
+// harness is a real kiln server (Manager, SQLite store, keys) with E2B's
+// API mounted, as kiln serve runs it.
+type harness struct {
+	t      testing.TB
+	m      *sandbox.Manager
+	ts     *httptest.Server
+	secret []byte
+	a, b   string // API keys of two tenants
+}
+
+// newHarness starts a server; it skips (or fails under CI) without root
+// or the templates the test needs.
+func newHarness(t testing.TB, templates ...string) *harness {
+	t.Helper()
+	cfg := config.FromEnv()
+	cfg.AgentPath = agentPath
+	cfg.Runtime = testRuntime()
+	ocitest.RequireRoot(t)
+	for _, name := range append([]string{"base"}, templates...) {
+		_, err := template.Lookup(cfg.DataDir, name)
+		ocitest.Require(t, err == nil, fmt.Sprintf("template %s not built (make setup): %v", name, err))
+	}
+	_, err := exec.LookPath(cfg.Runtime)
+	ocitest.Require(t, err == nil, cfg.Runtime+" not installed")
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "kiln.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(newTestWriter(t), nil))
+	m, err := sandbox.NewManager(context.Background(), sandbox.Config{
+		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st,
+	}, map[string]oci.Runtime{
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(context.Background(), cfg.RunscPath, cfg.RunscPlatform)}),
+		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := e2b.LoadSecret(filepath.Join(dir, "e2b.secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, m: m, secret: secret}
+	for _, k := range []*string{&h.a, &h.b} {
+		key, s := apikey.New("tenant", false)
+		if err := st.CreateKey(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		*k = s
+	}
+	srv := server.New(server.Options{
+		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: "test",
+		E2B: &e2b.Options{Secret: secret},
+	})
+	h.ts = httptest.NewServer(srv)
+	t.Cleanup(func() {
+		h.ts.CloseClientConnections()
+		h.ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, sb := range m.Live() {
+			_ = m.Kill(ctx, sb.ID)
+		}
+		m.Close()
+	})
+	return h
+}
+
+func (h *harness) with(t *testing.T) *harness {
+	c := *h
+	c.t = t
+	return &c
+}
+
+// call sends a request with JSON body v (nil: none) and headers given as
+// pairs, and returns the status, headers and body.
+func (h *harness) call(method, path string, v any, hdr ...string) (int, http.Header, []byte) {
+	h.t.Helper()
+	var body io.Reader
+	if v != nil {
+		b, err := json.Marshal(v)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, h.ts.URL+path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if strings.EqualFold(hdr[i], "Host") {
+			req.Host = hdr[i+1]
+			continue
+		}
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := h.ts.Client().Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, b
+}
+
+// api calls the control plane with key and expects status; it decodes
+// the answer into out (if not nil).
+func (h *harness) api(method, path, key string, v any, status int, out any) http.Header {
+	h.t.Helper()
+	got, hdr, b := h.call(method, path, v, "X-API-KEY", key)
+	if got != status {
+		h.t.Fatalf("%s %s: status %d, want %d: %s", method, path, got, status, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			h.t.Fatalf("%s %s: decoding %q: %v", method, path, b, err)
+		}
+	}
+	return hdr
+}
+
+// sandboxJSON is E2B's Sandbox as the SDKs decode it.
+type sandboxJSON struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	Alias              string  `json:"alias"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+}
+
+// create makes a sandbox through POST /v2/sandboxes.
+func (h *harness) create(key string, body map[string]any) sandboxJSON {
+	h.t.Helper()
+	var sb sandboxJSON
+	h.api("POST", "/v2/sandboxes", key, body, http.StatusCreated, &sb)
+	return sb
+}
+
+// testWriter logs through t until the test ends (goroutines of the
+// Manager may log later).
+type testWriter struct {
+	t    testing.TB
+	done *atomic.Bool
+}
+
+func newTestWriter(t testing.TB) testWriter {
+	w := testWriter{t: t, done: new(atomic.Bool)}
+	t.Cleanup(func() { w.done.Store(true) })
+	return w
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}

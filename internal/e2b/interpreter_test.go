@@ -1,0 +1,258 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/e2b"
+)
+
+// jupyter returns the headers the code-interpreter SDK sends to sandbox
+// sb, as header pairs.
+func jupyter(sb sandboxJSON, token bool) []string {
+	hdr := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", strconv.Itoa(e2b.JupyterPort)}
+	if token {
+		hdr = append(hdr, "X-Access-Token", sb.EnvdAccessToken)
+	}
+	return hdr
+}
+
+// execute runs POST /execute and returns its lines (on 200) and status.
+func execute(h *harness, sb sandboxJSON, body map[string]any) ([]map[string]any, int) {
+	h.t.Helper()
+	status, _, b := h.call("POST", "/execute", body, jupyter(sb, true)...)
+	if status != http.StatusOK {
+		h.t.Logf("execute: %d %s", status, b)
+		return nil, status
+	}
+	var lines []map[string]any
+	for line := range bytes.Lines(b) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			h.t.Fatalf("line %q is not JSON: %v", line, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) == 0 || lines[len(lines)-1]["type"] != "end_of_execution" {
+		h.t.Errorf("lines %v: want end_of_execution last", lines)
+	}
+	return lines, status
+}
+
+// ofType returns the lines of a type.
+func ofType(lines []map[string]any, typ string) []map[string]any {
+	var out []map[string]any
+	for _, l := range lines {
+		if l["type"] == typ {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// mainText is the text of the main result.
+func mainText(lines []map[string]any) string {
+	for _, l := range ofType(lines, "result") {
+		if l["is_main_result"] == true {
+			s, _ := l["text"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+func TestExecute(t *testing.T) {
+	h := newHarness(t, "code-interpreter")
+	sb := h.create(h.a, map[string]any{"templateID": "code-interpreter", "envVars": map[string]string{"GLOBAL_VAR": "g"}})
+
+	t.Run("state, output and results", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "x = 1\nprint('hello')\n'quoted'"})
+		if got := mainText(lines); got != "quoted" {
+			t.Errorf("main result text %q, want the quotes stripped", got)
+		}
+		out := ofType(lines, "stdout")
+		if len(out) != 1 || out[0]["text"] != "hello\n" {
+			t.Errorf("stdout lines %v", out)
+		}
+		if ts, _ := out[0]["timestamp"].(string); !strings.HasSuffix(ts, "Z") {
+			t.Errorf("stdout timestamp %q: want ISO 8601 UTC", ts)
+		} else if at, err := time.Parse(time.RFC3339Nano, ts); err != nil || time.Since(at) > time.Minute {
+			t.Errorf("stdout timestamp %q: %v", ts, err)
+		}
+		n := ofType(lines, "number_of_executions")
+		if len(n) != 1 || n[0]["execution_count"].(float64) < 1 {
+			t.Errorf("number_of_executions lines %v", n)
+		}
+		lines, _ = execute(h, sb, map[string]any{"code": "x + 1"})
+		if got := mainText(lines); got != "2" {
+			t.Errorf("x + 1 = %q: state was not kept", got)
+		}
+		if c := ofType(lines, "number_of_executions"); len(c) != 1 || c[0]["execution_count"].(float64) <= n[0]["execution_count"].(float64) {
+			t.Errorf("execution count did not grow: %v then %v", n, c)
+		}
+	})
+
+	t.Run("stdout and stderr in order", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    print('e', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)"})
+		var got []string
+		for _, l := range lines {
+			if l["type"] == "stdout" || l["type"] == "stderr" {
+				got = append(got, l["type"].(string)[3:]+":"+l["text"].(string))
+			}
+		}
+		want := []string{"out:0\n", "err:e 0\n", "out:1\n", "err:e 1\n", "out:2\n", "err:e 2\n"}
+		if !slices.Equal(got, want) {
+			t.Errorf("output %q, want %q", got, want)
+		}
+	})
+
+	t.Run("error", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "undefined_name"})
+		errs := ofType(lines, "error")
+		if len(errs) != 1 || errs[0]["name"] != "NameError" || errs[0]["value"] != "name 'undefined_name' is not defined" ||
+			!strings.Contains(errs[0]["traceback"].(string), "undefined_name") {
+			t.Errorf("error lines %v", errs)
+		}
+	})
+
+	t.Run("env vars", func(t *testing.T) {
+		h := h.with(t)
+		code := "import os\nprint(os.environ.get('GLOBAL_VAR'), os.environ.get('PER_RUN'))"
+		lines, _ := execute(h, sb, map[string]any{"code": code, "env_vars": map[string]string{"PER_RUN": "p"}})
+		if out := ofType(lines, "stdout"); len(out) != 1 || out[0]["text"] != "g p\n" {
+			t.Errorf("with env_vars: %v", out)
+		}
+		lines, _ = execute(h, sb, map[string]any{"code": code})
+		if out := ofType(lines, "stdout"); len(out) != 1 || out[0]["text"] != "g None\n" {
+			t.Errorf("env_vars must not outlive their execution: %v", out)
+		}
+	})
+
+	t.Run("dataframe", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"})
+		res := ofType(lines, "result")
+		if len(res) != 1 {
+			t.Fatalf("results %v", res)
+		}
+		r := res[0]
+		if !strings.Contains(r["html"].(string), "<table") || !strings.Contains(r["text"].(string), "a  b") {
+			t.Errorf("DataFrame result: html %v, text %q", r["html"] != nil, r["text"])
+		}
+	})
+
+	t.Run("matplotlib", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "import matplotlib.pyplot as plt\n" +
+			"plt.plot([1, 2, 3], [1, 4, 9], label='squares')\nplt.title('Squares')\nplt.xlabel('x [m]')\nplt.show()"})
+		res := ofType(lines, "result")
+		if len(res) != 1 {
+			t.Fatalf("results %v", res)
+		}
+		r := res[0]
+		png, err := base64.StdEncoding.DecodeString(r["png"].(string))
+		if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) || r["is_main_result"] != false ||
+			!strings.HasPrefix(r["text"].(string), "<Figure size") {
+			t.Errorf("figure result: png %d bytes (%v), text %q, main %v", len(png), err, r["text"], r["is_main_result"])
+		}
+	})
+
+	t.Run("contexts", func(t *testing.T) {
+		h := h.with(t)
+		var c struct{ ID, Language, Cwd string }
+		status, _, b := h.call("POST", "/contexts", map[string]any{"language": "python", "cwd": "/tmp"}, jupyter(sb, false)...)
+		if status != 200 || json.Unmarshal(b, &c) != nil || c.ID == "" || c.Language != "python" || c.Cwd != "/tmp" {
+			t.Fatalf("create context: %d %s", status, b)
+		}
+		lines, _ := execute(h, sb, map[string]any{"code": "import os\ny = 5\nos.getcwd()", "context_id": c.ID})
+		if got := mainText(lines); got != "/tmp" {
+			t.Errorf("cwd in the context: %q", got)
+		}
+		lines, _ = execute(h, sb, map[string]any{"code": "'y' in globals()"})
+		if got := mainText(lines); got != "False" {
+			t.Errorf("the default context sees the new context's variables: %q", got)
+		}
+		var cs []struct{ ID string }
+		status, _, b = h.call("GET", "/contexts", nil, jupyter(sb, false)...)
+		if status != 200 || json.Unmarshal(b, &cs) != nil || !slices.ContainsFunc(cs, func(x struct{ ID string }) bool { return x.ID == c.ID }) {
+			t.Errorf("list contexts: %d %s", status, b)
+		}
+		if status, _, b := h.call("POST", "/contexts/"+c.ID+"/restart", nil, jupyter(sb, false)...); status != 200 || string(b) != "null\n" {
+			t.Errorf("restart: %d %q", status, b)
+		}
+		lines, _ = execute(h, sb, map[string]any{"code": "'y' in globals()", "context_id": c.ID})
+		if got := mainText(lines); got != "False" {
+			t.Errorf("after restart, y survived: %q", got)
+		}
+		if status, _, b := h.call("DELETE", "/contexts/"+c.ID, nil, jupyter(sb, false)...); status != 200 || string(b) != "null\n" {
+			t.Errorf("delete: %d %q", status, b)
+		}
+		for _, tc := range []struct {
+			name   string
+			body   map[string]any
+			hdr    []string
+			status int
+			text   string
+		}{
+			{"deleted context", map[string]any{"code": "1", "context_id": c.ID}, jupyter(sb, true), 404, "Context " + c.ID + " not found\n"},
+			{"context and language", map[string]any{"code": "1", "context_id": c.ID, "language": "python"}, jupyter(sb, true), 400,
+				"Only one of context_id or language can be provided\n"},
+			{"no access token", map[string]any{"code": "1"}, jupyter(sb, false), 401, ""},
+		} {
+			status, _, b := h.call("POST", "/execute", tc.body, tc.hdr...)
+			if status != tc.status || (tc.text != "" && string(b) != tc.text) {
+				t.Errorf("%s: %d %q, want %d %q", tc.name, status, b, tc.status, tc.text)
+			}
+		}
+		if status, _, b := h.call("DELETE", "/contexts/"+c.ID, nil, jupyter(sb, false)...); status != 404 {
+			t.Errorf("deleting again: %d %q, want 404", status, b)
+		}
+	})
+
+	t.Run("client disconnect interrupts", func(t *testing.T) {
+		h := h.with(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		b, _ := json.Marshal(map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"})
+		req, _ := http.NewRequestWithContext(ctx, "POST", h.ts.URL+"/execute", bytes.NewReader(b))
+		hdr := jupyter(sb, true)
+		for i := 0; i < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := h.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() && !strings.Contains(sc.Text(), "started") {
+		}
+		cancel()
+		resp.Body.Close()
+		// The default context is free again: the sleep was interrupted.
+		done := make(chan string, 1)
+		go func() {
+			lines, _ := execute(h, sb, map[string]any{"code": "'free'"})
+			done <- mainText(lines)
+		}()
+		select {
+		case got := <-done:
+			if got != "free" {
+				t.Errorf("after the disconnect: %q", got)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the next execution still waits for the abandoned one")
+		}
+	})
+}

@@ -1,0 +1,207 @@
+package e2b
+
+import (
+	"cmp"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+)
+
+// List page sizes (E2B's).
+const (
+	defaultListLimit = 100
+	maxListLimit     = 100
+)
+
+// listV1 is the deprecated GET /sandboxes: the caller's running
+// sandboxes matching ?metadata=, in one page.
+func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, c Caller) error {
+	md, err := metadataFilter(r.URL.Query().Get("metadata"))
+	if err != nil {
+		return err
+	}
+	sbs, err := h.owned(r, c, []sandbox.State{sandbox.StateRunning}, md)
+	if err != nil {
+		return err
+	}
+	out := make([]listedSandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, listed(sb))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// listV2 is GET /v2/sandboxes: ?state=running,paused &metadata= &limit=
+// &nextToken= &order=asc|desc (by start time, newest first by default),
+// with X-Next-Token while more pages exist.
+func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error {
+	q := r.URL.Query()
+	states, err := stateFilter(q["state"])
+	if err != nil {
+		return err
+	}
+	md, err := metadataFilter(q.Get("metadata"))
+	if err != nil {
+		return err
+	}
+	limit := defaultListLimit
+	if s := q.Get("limit"); s != "" {
+		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxListLimit {
+			return fmt.Errorf("limit %q: want 1 to %d: %w", truncate(s, 10), maxListLimit, errdefs.ErrInvalidArgument)
+		}
+	}
+	desc := q.Get("order") != "asc"
+	sbs, err := h.owned(r, c, states, md)
+	if err != nil {
+		return err
+	}
+	if tmpl := q.Get("template"); tmpl != "" {
+		sbs = slices.DeleteFunc(sbs, func(sb sandbox.Sandbox) bool { return sb.Template != kilnTemplate(tmpl) })
+	}
+	if after := q.Get("startedAfter"); after != "" {
+		t, err := time.Parse(time.RFC3339, after)
+		if err != nil {
+			return fmt.Errorf("startedAfter %q: want RFC 3339: %w", truncate(after, 40), errdefs.ErrInvalidArgument)
+		}
+		sbs = slices.DeleteFunc(sbs, func(sb sandbox.Sandbox) bool { return !sb.CreatedAt.After(t) })
+	}
+	page, next, err := paginate(sbs, desc, q.Get("nextToken"), limit)
+	if err != nil {
+		return err
+	}
+	out := make([]listedSandbox, 0, len(page))
+	for _, sb := range page {
+		out = append(out, listed(sb))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// owned returns the caller's sandboxes in states matching md.
+func (h *Handler) owned(r *http.Request, c Caller, states []sandbox.State, md map[string]string) ([]sandbox.Sandbox, error) {
+	var out []sandbox.Sandbox
+	f := sandbox.Filter{Owner: c.Owner, States: states, Metadata: md, Limit: 1000}
+	for {
+		sbs, next, err := h.m.List(r.Context(), f)
+		if err != nil {
+			return nil, fmt.Errorf("listing sandboxes: %w", err)
+		}
+		out = append(out, sbs...)
+		if next == "" || len(out) > 100000 {
+			return out, nil
+		}
+		f.Token = next
+	}
+}
+
+// stateFilter parses ?state=running,paused (comma-joined or repeated);
+// none means both.
+func stateFilter(vals []string) ([]sandbox.State, error) {
+	var out []sandbox.State
+	for _, v := range vals {
+		for s := range strings.SplitSeq(v, ",") {
+			switch st := sandbox.State(strings.TrimSpace(s)); st {
+			case sandbox.StateRunning, sandbox.StatePaused:
+				if !slices.Contains(out, st) {
+					out = append(out, st)
+				}
+			default:
+				return nil, fmt.Errorf("state %q: want running or paused: %w", truncate(s, 20), errdefs.ErrInvalidArgument)
+			}
+		}
+	}
+	if len(out) == 0 {
+		out = []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}
+	}
+	return out, nil
+}
+
+// metadataFilter decodes the SDKs' ?metadata=: after the query's own
+// decoding, the value is a URL-encoded k=v&k=v string whose keys and
+// values are URL-encoded once more.
+func metadataFilter(raw string) (map[string]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("metadata filter %q: want URL-encoded key=value pairs: %w", truncate(raw, 64), errdefs.ErrInvalidArgument)
+	whole, err := url.QueryUnescape(raw)
+	if err != nil {
+		return nil, bad
+	}
+	md := map[string]string{}
+	for pair := range strings.SplitSeq(whole, "&") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok {
+			return nil, bad
+		}
+		if k, err = url.QueryUnescape(k); err != nil {
+			return nil, bad
+		}
+		if v, err = url.QueryUnescape(v); err != nil {
+			return nil, bad
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+// paginate sorts sbs by start time (then id) and returns the page after
+// token, and the token of the next page ("" on the last). A token names
+// the last sandbox of its page, so pages stay consistent when sandboxes
+// come and go in between.
+func paginate(sbs []sandbox.Sandbox, desc bool, token string, limit int) ([]sandbox.Sandbox, string, error) {
+	cmpSB := func(a, b sandbox.Sandbox) int {
+		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(string(a.ID), string(b.ID)))
+		if desc {
+			return -c
+		}
+		return c
+	}
+	slices.SortFunc(sbs, cmpSB)
+	if token != "" {
+		last, err := decodeToken(token)
+		if err != nil {
+			return nil, "", err
+		}
+		i, _ := slices.BinarySearchFunc(sbs, last, cmpSB)
+		for i < len(sbs) && cmpSB(sbs[i], last) <= 0 {
+			i++
+		}
+		sbs = sbs[i:]
+	}
+	if len(sbs) <= limit {
+		return sbs, "", nil
+	}
+	last := sbs[limit-1]
+	next := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%s", last.CreatedAt.UnixNano(), last.ID))
+	return sbs[:limit], next, nil
+}
+
+func decodeToken(token string) (sandbox.Sandbox, error) {
+	bad := fmt.Errorf("nextToken %q is not one this server made: %w", truncate(token, 40), errdefs.ErrInvalidArgument)
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return sandbox.Sandbox{}, bad
+	}
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return sandbox.Sandbox{}, bad
+	}
+	return sandbox.Sandbox{ID: sandbox.ID(id), CreatedAt: time.Unix(0, n).UTC()}, nil
+}

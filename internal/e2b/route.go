@@ -1,0 +1,160 @@
+package e2b
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+)
+
+// The data plane's routing headers and well-known sandbox ports.
+const (
+	headerSandboxID   = "E2b-Sandbox-Id"
+	headerSandboxPort = "E2b-Sandbox-Port"
+	// EnvdPort is envd's port: the process and filesystem services.
+	EnvdPort = 49983
+	// JupyterPort is the code interpreter's port.
+	JupyterPort = 49999
+)
+
+// sandboxIDRE is what E2B's proxy accepts as a sandbox id.
+var sandboxIDRE = regexp.MustCompile(`^[a-z0-9]+$`)
+
+// hostRE matches a data-plane host: <port>-<sandbox id>.<anything>.
+var hostRE = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9]+)\.`)
+
+// hostTarget parses a <port>-<id>.<domain> host (with or without a
+// :port suffix).
+func hostTarget(host string) (port int, id string, ok bool) {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	m := hostRE.FindStringSubmatch(strings.ToLower(host))
+	if m == nil {
+		return 0, "", false
+	}
+	port, err := strconv.Atoi(m[1])
+	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
+	}
+	return port, m[2], true
+}
+
+// signedFiles reports whether r is a header-less envd file URL made by
+// sandbox.downloadUrl()/uploadUrl(): GET or POST /files with a signature.
+func signedFiles(r *http.Request) bool {
+	return r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) &&
+		r.URL.Query().Has("signature")
+}
+
+// serveHeaderRouted serves a request routed by E2b-Sandbox-Id and
+// E2b-Sandbox-Port; like E2B's proxy it wants both.
+func (h *Handler) serveHeaderRouted(w http.ResponseWriter, r *http.Request) {
+	id, rawPort := r.Header.Get(headerSandboxID), r.Header.Get(headerSandboxPort)
+	switch {
+	case id == "":
+		writeStatus(w, http.StatusBadRequest, "Missing header: "+headerSandboxID)
+		return
+	case rawPort == "":
+		writeStatus(w, http.StatusBadRequest, "Missing header: "+headerSandboxPort)
+		return
+	case !sandboxIDRE.MatchString(id):
+		writeStatus(w, http.StatusBadRequest, "Invalid sandbox ID: "+truncate(id, 40))
+		return
+	}
+	port, err := strconv.Atoi(rawPort)
+	if err != nil || port < 1 || port > 65535 {
+		writeStatus(w, http.StatusBadRequest, "Invalid sandbox port: "+truncate(rawPort, 10))
+		return
+	}
+	h.serveData(w, r, id, port)
+}
+
+// serveData serves a data-plane request for port of sandbox id, which
+// must be running on this node.
+func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string, port int) {
+	r.Pattern = "E2B :" + portLabel(port)
+	h.annotate(r, rawID)
+	sb, a, ok := h.live(r.Context(), rawID)
+	if !ok {
+		writeJSON(w, http.StatusBadGateway, notFoundBody{Code: http.StatusBadGateway,
+			Message: "The sandbox was not found", SandboxID: rawID})
+		return
+	}
+	switch port {
+	case EnvdPort:
+		h.envd.ServeSandbox(w, r, sb, a, h.token(sb.ID))
+	case JupyterPort:
+		h.serveJupyter(w, r, sb, a)
+	default:
+		if h.o.PortProxy != nil {
+			h.o.PortProxy(w, r, sb, port)
+			return
+		}
+		writeJSON(w, http.StatusBadGateway, portClosedBody{Code: http.StatusBadGateway,
+			Message: "The sandbox is running but port is not open", SandboxID: rawID, Port: port})
+	}
+}
+
+// portLabel names a port for metrics without letting callers mint
+// unbounded labels.
+func portLabel(port int) string {
+	switch port {
+	case EnvdPort:
+		return "envd"
+	case JupyterPort:
+		return "code-interpreter"
+	}
+	return "port"
+}
+
+// live returns a running sandbox of this node and its agent.
+func (h *Handler) live(ctx context.Context, rawID string) (sandbox.Sandbox, *sandbox.Agent, bool) {
+	id, err := sandbox.ParseID(rawID)
+	if err != nil {
+		return sandbox.Sandbox{}, nil, false
+	}
+	a, err := h.m.Agent(id)
+	if err != nil {
+		return sandbox.Sandbox{}, nil, false
+	}
+	sb, err := h.m.Get(ctx, id)
+	if err != nil || sb.State != sandbox.StateRunning {
+		return sandbox.Sandbox{}, nil, false
+	}
+	return sb, a, true
+}
+
+// token is sandbox id's envd access token.
+func (h *Handler) token(id sandbox.ID) string { return AccessToken(h.o.Secret, id) }
+
+// serveSignedFiles serves a header-less /files URL by finding the live
+// sandbox whose token made its signature.
+func (h *Handler) serveSignedFiles(w http.ResponseWriter, r *http.Request) {
+	r.Pattern = "E2B signed /files"
+	if exp := r.URL.Query().Get("signature_expiration"); exp != "" {
+		if t, err := strconv.ParseInt(exp, 10, 64); err == nil && t < time.Now().Unix() {
+			writeStatus(w, http.StatusUnauthorized, "signature is already expired")
+			return
+		}
+	}
+	for _, sb := range h.m.Live() {
+		if sb.State != sandbox.StateRunning || !envd.Signed(r, h.token(sb.ID)) {
+			continue
+		}
+		h.annotate(r, sb.ID.String())
+		a, err := h.m.Agent(sb.ID)
+		if err != nil {
+			break
+		}
+		h.envd.ServeSandbox(w, r, sb, a, h.token(sb.ID))
+		return
+	}
+	writeStatus(w, http.StatusUnauthorized, "invalid signature")
+}

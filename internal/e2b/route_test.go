@@ -1,0 +1,156 @@
+package e2b_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/e2b"
+)
+
+func TestRouted(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		hdr            map[string]string
+		want           bool
+	}{
+		{"GET", "/healthz", nil, false},
+		{"GET", "/metrics", nil, false},
+		{"POST", "/v1/sandboxes", nil, false},
+		{"GET", "/v1/sandboxes/abc/files?path=/x", nil, false},
+		{"GET", "/files?path=x", nil, false}, // unsigned: not E2B's
+		{"GET", "/sandboxesx", nil, false},
+		{"GET", "/health", nil, true},
+		{"POST", "/sandboxes", nil, true},
+		{"GET", "/sandboxes/abc", nil, true},
+		{"POST", "/v2/sandboxes", nil, true},
+		{"DELETE", "/templates/abc", nil, true},
+		{"GET", "/files?path=x&signature=v1_abc", nil, true},
+		{"POST", "/files?signature=v1_abc", nil, true},
+		{"GET", "/v1/sandboxes", map[string]string{"E2b-Sandbox-Id": "abc"}, true},
+		{"GET", "/healthz", map[string]string{"E2b-Sandbox-Port": "49983"}, true},
+		{"GET", "/health", map[string]string{"Host": "49983-abcdefgh.localhost:8080"}, true},
+		{"GET", "/healthz", map[string]string{"Host": "127.0.0.1:8080"}, false},
+		{"GET", "/healthz", map[string]string{"Host": "api.example.com"}, false},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		for k, v := range tc.hdr {
+			if k == "Host" {
+				r.Host = v
+			} else {
+				r.Header.Set(k, v)
+			}
+		}
+		if got := e2b.Routed(r); got != tc.want {
+			t.Errorf("%s %s %v: Routed = %v, want %v", tc.method, tc.target, tc.hdr, got, tc.want)
+		}
+	}
+}
+
+// dataBody is the data plane's error JSON.
+type dataBody struct {
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	SandboxID string `json:"sandboxId"`
+	Port      int    `json:"port"`
+}
+
+func TestDataPlaneRouting(t *testing.T) {
+	h := newHarness(t, "code-interpreter")
+	sb := h.create(h.a, map[string]any{"templateID": "code-interpreter"})
+	dead := h.create(h.a, map[string]any{"templateID": "base"})
+	h.api("DELETE", "/sandboxes/"+dead.SandboxID, h.a, nil, http.StatusNoContent, nil)
+	port := strconv.Itoa(e2b.JupyterPort)
+
+	for _, tc := range []struct {
+		name   string
+		method string
+		path   string
+		hdr    []string
+		status int
+		body   string // exact, for the JSON answers
+	}{
+		{"headers", "GET", "/health", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port}, 200, `"OK"`},
+		{"host", "GET", "/health", []string{"Host", port + "-" + sb.SandboxID + ".localhost:1234"}, 200, `"OK"`},
+		{"host wins over nothing else", "GET", "/contexts", []string{"Host", port + "-" + sb.SandboxID + ".kiln.test"}, 200, ""},
+		{"only the id header", "GET", "/health", []string{"E2b-Sandbox-Id", sb.SandboxID}, 400,
+			`{"code":400,"message":"Missing header: E2b-Sandbox-Port"}`},
+		{"only the port header", "GET", "/health", []string{"E2b-Sandbox-Port", port}, 400,
+			`{"code":400,"message":"Missing header: E2b-Sandbox-Id"}`},
+		{"bad port", "GET", "/health", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "http"}, 400, ""},
+		{"killed sandbox", "GET", "/health", []string{"E2b-Sandbox-Id", dead.SandboxID, "E2b-Sandbox-Port", port}, 502,
+			fmt.Sprintf(`{"code":502,"message":"The sandbox was not found","sandboxId":"%s"}`, dead.SandboxID)},
+		{"unknown sandbox", "GET", "/health", []string{"E2b-Sandbox-Id", "nosuchsandbox1", "E2b-Sandbox-Port", "49983"}, 502,
+			`{"code":502,"message":"The sandbox was not found","sandboxId":"nosuchsandbox1"}`},
+		{"unknown sandbox by host", "GET", "/health", []string{"Host", "49983-nosuchsandbox1.localhost"}, 502,
+			`{"code":502,"message":"The sandbox was not found","sandboxId":"nosuchsandbox1"}`},
+		{"other port", "GET", "/", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080"}, 502,
+			fmt.Sprintf(`{"code":502,"message":"The sandbox is running but port is not open","sandboxId":"%s","port":8080}`, sb.SandboxID)},
+		{"signed /files, no such signature", "GET", "/files?path=a.txt&signature=v1_nope", nil, 401,
+			`{"code":401,"message":"invalid signature"}`},
+		{"signed /files, expired", "GET", fmt.Sprintf("/files?path=a.txt&signature=v1_x&signature_expiration=%d", time.Now().Add(-time.Minute).Unix()), nil, 401,
+			`{"code":401,"message":"signature is already expired"}`},
+		{"native API untouched", "GET", "/healthz", nil, 200, ""},
+	} {
+		status, hdr, b := h.call(tc.method, tc.path, nil, tc.hdr...)
+		if status != tc.status || (tc.body != "" && string(b) != tc.body+"\n") {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, status, b, tc.status, tc.body)
+		}
+		if status >= 400 && hdr.Get("X-Request-Id") == "" {
+			t.Errorf("%s: no X-Request-Id: the server's request log must see E2B requests", tc.name)
+		}
+		if tc.body != "" && tc.body[0] == '{' {
+			var d dataBody
+			if err := json.Unmarshal(b, &d); err != nil || d.Code != tc.status {
+				t.Errorf("%s: body %s: want integer code %d", tc.name, b, tc.status)
+			}
+		}
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	h := newHarness(t, "code-interpreter")
+	sb := h.create(h.a, map[string]any{"templateID": "code-interpreter-v1"})
+	if sb.TemplateID != "code-interpreter" || sb.Alias != "code-interpreter-v1" {
+		t.Errorf("created %+v: want template code-interpreter under the alias code-interpreter-v1", sb)
+	}
+	run := func(code string) []map[string]any {
+		t.Helper()
+		lines, status := execute(h, sb, map[string]any{"code": code})
+		if status != 200 {
+			t.Fatalf("execute %q: status %d", code, status)
+		}
+		return lines
+	}
+	run("x = 41")
+	h.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", h.a, map[string]any{"memory": true}, http.StatusNoContent, nil)
+	var e errorJSON
+	h.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", h.a, nil, http.StatusConflict, &e)
+	if e.Code != 409 {
+		t.Errorf("pausing again: %+v, want code 409 (the SDK returns false)", e)
+	}
+	var l []listedJSON
+	h.api("GET", "/v2/sandboxes?state=paused", h.a, nil, http.StatusOK, &l)
+	if len(l) != 1 || l[0].SandboxID != sb.SandboxID || l[0].State != "paused" {
+		t.Errorf("paused list: %+v", l)
+	}
+	status, _, b := h.call("GET", "/health", nil, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", strconv.Itoa(e2b.JupyterPort))
+	if status != 502 {
+		t.Errorf("data plane of a paused sandbox: %d %s, want 502", status, b)
+	}
+	// Connect resumes it (201) with its interpreter's state.
+	var c sandboxJSON
+	h.api("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", h.a, map[string]any{"timeout": 60}, http.StatusCreated, &c)
+	if c.SandboxID != sb.SandboxID || c.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Errorf("connect: %+v", c)
+	}
+	if got := mainText(run("x + 1")); got != "42" {
+		t.Errorf("after resume x + 1 = %q, want 42", got)
+	}
+	h.api("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", h.a, nil, http.StatusOK, nil)
+	h.api("POST", "/sandboxes/"+sb.SandboxID+"/resume", h.a, nil, http.StatusConflict, nil)
+}

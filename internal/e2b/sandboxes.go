@@ -1,0 +1,374 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// clientID fills E2B's deprecated, required clientID field.
+const clientID = "kiln"
+
+// Timeouts the SDKs rely on when they send none (seconds).
+const (
+	defaultTimeout        = 300 // create v2, connect v2
+	defaultTimeoutV1      = 15  // create v1 per E2B's spec (the SDKs always send one)
+	defaultResumeTimeout  = 15
+	defaultRefreshSeconds = 15
+)
+
+// templates maps E2B's template names onto Kiln's.
+var templates = map[string]string{
+	"base":                "base",
+	"code-interpreter":    "code-interpreter",
+	"code-interpreter-v1": "code-interpreter",
+}
+
+// kilnTemplate is the Kiln template an E2B templateID names: E2B's
+// well-known names map onto Kiln's, other names are Kiln template names.
+func kilnTemplate(name string) string {
+	name, _, _ = strings.Cut(name, ":") // a tag
+	if t, ok := templates[name]; ok {
+		return t
+	}
+	return name
+}
+
+// handlerFunc is a control-plane handler; its error is answered as E2B's
+// error JSON.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, c Caller) error
+
+func (h *Handler) registerControl() {
+	h.control.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("Health check successful"))
+	})
+	h.route("POST /sandboxes", h.createV1)
+	h.route("POST /v2/sandboxes", h.createV2)
+	h.route("GET /sandboxes", h.listV1)
+	h.route("GET /v2/sandboxes", h.listV2)
+	h.route("GET /sandboxes/metrics", h.metricsMany)
+	h.route("GET /sandboxes/{id}", h.get)
+	h.route("DELETE /sandboxes/{id}", h.kill)
+	h.route("POST /sandboxes/{id}/connect", h.connectV1)
+	h.route("POST /v2/sandboxes/{id}/connect", h.connectV2)
+	h.route("POST /sandboxes/{id}/timeout", h.setTimeout)
+	h.route("POST /sandboxes/{id}/refreshes", h.refresh)
+	h.route("POST /sandboxes/{id}/pause", h.pause)
+	h.route("POST /sandboxes/{id}/resume", h.resume)
+	h.route("GET /sandboxes/{id}/metrics", h.metrics)
+	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		r.Pattern = "E2B unmatched"
+		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))
+	})
+}
+
+// route registers a control-plane handler behind the caller's API key.
+func (h *Handler) route(pattern string, fn handlerFunc) {
+	h.control.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		c, err := Caller{}, fmt.Errorf("no API keys configured: %w", errdefs.ErrUnauthenticated)
+		if h.o.Authenticate != nil {
+			c, err = h.o.Authenticate(r)
+		}
+		if err == nil {
+			err = fn(w, r, c)
+		}
+		if err != nil {
+			h.writeError(w, r, err)
+		}
+	})
+}
+
+func (h *Handler) createV1(w http.ResponseWriter, r *http.Request, c Caller) error {
+	return h.create(w, r, c, defaultTimeoutV1)
+}
+
+func (h *Handler) createV2(w http.ResponseWriter, r *http.Request, c Caller) error {
+	return h.create(w, r, c, defaultTimeout)
+}
+
+// create makes a sandbox. Every sandbox gets an envd access token, also
+// for v1 requests with secure=false: the SDKs then simply send it.
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTimeout int64) error {
+	var req newSandbox
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.TemplateID == "" {
+		req.TemplateID = "base"
+	}
+	timeout := defTimeout
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = *req.Timeout
+	}
+	opts := sandbox.CreateOptions{
+		Template: kilnTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata,
+		Timeout: time.Duration(timeout) * time.Second, Owner: c.Owner, Quota: c.Quota,
+	}
+	setAutoPause(&opts, req.AutoPause)
+	var sb sandbox.Sandbox
+	err := errdefs.ErrNotFound
+	if template.ValidName(opts.Template) {
+		sb, err = h.m.Create(r.Context(), opts)
+	}
+	if errors.Is(err, errdefs.ErrNotFound) { // only the template can be missing
+		writeStatus(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", truncate(req.TemplateID, 64)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("creating sandbox: %w", err)
+	}
+	h.annotate(r, sb.ID.String())
+	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb, req.TemplateID))
+	return nil
+}
+
+func (h *Handler) sandboxJSON(sb sandbox.Sandbox, alias string) sandboxJSON {
+	if alias == "" {
+		alias = sb.Template
+	}
+	return sandboxJSON{
+		SandboxID: sb.ID.String(), TemplateID: sb.Template, Alias: alias, ClientID: clientID,
+		EnvdVersion: envd.Version, EnvdAccessToken: h.token(sb.ID), Domain: h.domain(),
+	}
+}
+
+func (h *Handler) domain() *string {
+	if h.o.Domain == "" {
+		return nil
+	}
+	d := h.o.Domain
+	return &d
+}
+
+// listed is a sandbox as the list endpoints show it.
+func listed(sb sandbox.Sandbox) listedSandbox {
+	md := sb.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	end := sb.ExpiresAt
+	if end.IsZero() {
+		end = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	}
+	return listedSandbox{
+		SandboxID: sb.ID.String(), TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID,
+		CPUCount: cpuCount(sb.Limits.CPUs), MemoryMB: sb.Limits.MemoryBytes >> 20, DiskSizeMB: sb.Limits.DiskBytes >> 20,
+		StartedAt: sb.CreatedAt, EndAt: end, EnvdVersion: envd.Version, State: string(sb.State), Metadata: md,
+	}
+}
+
+// cpuCount rounds a fractional CPU limit up to E2B's whole CPUs.
+func cpuCount(cpus float64) int { return max(1, int(math.Ceil(cpus))) }
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, c Caller) error {
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandboxDetail{
+		listedSandbox: listed(sb), EnvdAccessToken: h.token(sb.ID), Domain: h.domain(),
+		Lifecycle: lifecycle{OnTimeout: onTimeout(sb)},
+	})
+	return nil
+}
+
+// lookup returns the caller's live (running or paused) sandbox {id}; any
+// other sandbox is not found, as on E2B, where ended sandboxes are gone.
+func (h *Handler) lookup(r *http.Request, c Caller) (sandbox.Sandbox, error) {
+	raw := r.PathValue("id")
+	h.annotate(r, raw)
+	notFound := fmt.Errorf("sandbox \"%s\" not found: %w", truncate(raw, 40), errdefs.ErrNotFound)
+	id, err := sandbox.ParseID(raw)
+	if err != nil {
+		return sandbox.Sandbox{}, notFound
+	}
+	sb, err := h.m.Get(r.Context(), id)
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return sb, notFound
+	case err != nil:
+		return sb, fmt.Errorf("looking up sandbox: %w", err)
+	case sb.Owner != c.Owner || sb.State.Terminal():
+		return sb, notFound
+	}
+	return sb, nil
+}
+
+// kill kills a sandbox; one that is gone is not found (the SDK then
+// returns false).
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c Caller) error {
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	if err := h.m.Kill(r.Context(), sb.ID); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("sandbox \"%s\" not found: %w", sb.ID, errdefs.ErrNotFound)
+		}
+		return fmt.Errorf("killing sandbox: %w", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// setTimeout makes the sandbox expire timeout seconds from now (it may
+// shorten its life).
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var req timeoutRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Timeout == nil {
+		return fmt.Errorf("timeout is required: %w", errdefs.ErrInvalidArgument)
+	}
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	if _, err := h.m.SetTimeout(r.Context(), sb.ID, time.Duration(*req.Timeout)*time.Second); err != nil {
+		return fmt.Errorf("setting timeout: %w", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// refresh keeps a sandbox alive for duration more seconds; it never
+// shortens its life.
+func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var req refreshRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	d := int64(defaultRefreshSeconds)
+	if req.Duration != nil && *req.Duration > 0 {
+		d = *req.Duration
+	}
+	if err := h.extend(r.Context(), sb, d); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// extend makes sb live at least seconds from now.
+func (h *Handler) extend(ctx context.Context, sb sandbox.Sandbox, seconds int64) error {
+	d := time.Duration(seconds) * time.Second
+	if !sb.ExpiresAt.IsZero() && time.Now().Add(d).Before(sb.ExpiresAt) {
+		return nil
+	}
+	if _, err := h.m.SetTimeout(ctx, sb.ID, d); err != nil {
+		return fmt.Errorf("extending the sandbox's timeout: %w", err)
+	}
+	return nil
+}
+
+func (h *Handler) connectV1(w http.ResponseWriter, r *http.Request, c Caller) error {
+	return h.connect(w, r, c)
+}
+
+func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request, c Caller) error {
+	return h.connect(w, r, c)
+}
+
+// connect returns a running sandbox (200), resuming a paused one first
+// (201); its timeout is only ever extended.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var req connectRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	timeout := int64(defaultTimeout)
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = *req.Timeout
+	}
+	sb, status, err := h.running(r, c)
+	if err != nil {
+		return err
+	}
+	if err := h.extend(r.Context(), sb, timeout); err != nil {
+		return err
+	}
+	writeJSON(w, status, h.sandboxJSON(sb, ""))
+	return nil
+}
+
+// running returns the caller's sandbox {id} running, resuming it if it
+// is paused; the status says which (200 running, 201 resumed).
+func (h *Handler) running(r *http.Request, c Caller) (sandbox.Sandbox, int, error) {
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return sb, 0, err
+	}
+	switch sb.State {
+	case sandbox.StateRunning:
+		return sb, http.StatusOK, nil
+	case sandbox.StatePaused:
+		sb, err := h.m.Resume(r.Context(), sb.ID)
+		if err != nil {
+			return sb, 0, fmt.Errorf("resuming sandbox: %w", err)
+		}
+		return sb, http.StatusCreated, nil
+	}
+	return sb, 0, fmt.Errorf("sandbox %s is %s: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
+}
+
+// pause pauses a running sandbox; a paused one is a conflict (the SDK
+// then returns false).
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request, c Caller) error {
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	if sb.State == sandbox.StatePaused {
+		writeStatus(w, http.StatusConflict, fmt.Sprintf("sandbox \"%s\" is already paused", sb.ID))
+		return nil
+	}
+	if _, err := h.m.Pause(r.Context(), sb.ID); err != nil {
+		return fmt.Errorf("pausing sandbox: %w", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// resume is the deprecated resume: a paused sandbox is resumed (201), a
+// running one is a conflict.
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var req connectRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	sb, err := h.lookup(r, c)
+	if err != nil {
+		return err
+	}
+	if sb.State != sandbox.StatePaused {
+		writeStatus(w, http.StatusConflict, fmt.Sprintf("sandbox \"%s\" is already running", sb.ID))
+		return nil
+	}
+	if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
+		return fmt.Errorf("resuming sandbox: %w", err)
+	}
+	timeout := int64(defaultResumeTimeout)
+	if req.Timeout != nil && *req.Timeout > 0 {
+		timeout = *req.Timeout
+	}
+	if err := h.extend(r.Context(), sb, timeout); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb, ""))
+	return nil
+}
