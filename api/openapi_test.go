@@ -42,6 +42,8 @@ var structSchemas = map[string]reflect.Type{
 	"CommandResult":        reflect.TypeFor[api.CommandResult](),
 	"SignalRequest":        reflect.TypeFor[api.SignalRequest](),
 	"ExitStatus":           reflect.TypeFor[api.ExitStatus](),
+	"ToolContent":          reflect.TypeFor[api.ToolContent](),
+	"ToolResult":           reflect.TypeFor[api.ToolResult](),
 	"ProcessInfo":          reflect.TypeFor[api.ProcessInfo](),
 	"Event":                reflect.TypeFor[api.Event](),
 	"FileInfo":             reflect.TypeFor[api.FileInfo](),

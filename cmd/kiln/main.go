@@ -26,6 +26,8 @@ Usage:
   kiln sandbox create|ls|exec|code|...   manage a server's sandboxes (kiln sandbox -h)
   kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
   kiln keys create|ls|revoke             manage a server's API keys (admin key)
+  kiln mcp [flags]                       serve Kiln's tools to an MCP client over stdio
+  kiln tools [--format openai|anthropic] print tool definitions for function-calling APIs
   kiln version                           print the version
 
 Run 'kiln COMMAND -h' for a command's flags. Environment: KILN_DATA_DIR
@@ -79,6 +81,10 @@ func run(ctx context.Context, args []string) error {
 		return filesCmd(ctx, args[1:])
 	case "keys":
 		return keysCmd(ctx, args[1:])
+	case "mcp":
+		return mcpCmd(ctx, args[1:])
+	case "tools":
+		return toolsCmd(args[1:])
 	case "version", "--version":
 		fmt.Println("kiln", version)
 		return nil

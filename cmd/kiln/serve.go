@@ -97,6 +97,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime)

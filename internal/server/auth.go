@@ -19,16 +19,9 @@ func (s *Server) authenticate(r *http.Request, f routeFlags) error {
 	if f&public != 0 {
 		return nil
 	}
-	secret := r.Header.Get("X-API-Key")
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, token, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return fmt.Errorf("authorization header: want Bearer <key>: %w", errdefs.ErrUnauthenticated)
-		}
-		secret = strings.TrimSpace(token)
-	}
-	if secret == "" {
-		return fmt.Errorf("missing API key: send Authorization: Bearer <key> or X-API-Key: <key>: %w", errdefs.ErrUnauthenticated)
+	secret, err := keySecret(r)
+	if err != nil {
+		return err
 	}
 	if !apikey.WellFormed(secret) {
 		return fmt.Errorf("malformed API key: want e2b_ and 40 hex digits: %w", errdefs.ErrUnauthenticated)
@@ -45,6 +38,22 @@ func (s *Server) authenticate(r *http.Request, f routeFlags) error {
 	}
 	info(r.Context()).key = &k
 	return nil
+}
+
+// keySecret returns the API key a request carries.
+func keySecret(r *http.Request) (string, error) {
+	secret := r.Header.Get("X-API-Key")
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, token, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", fmt.Errorf("authorization header: want Bearer <key>: %w", errdefs.ErrUnauthenticated)
+		}
+		secret = strings.TrimSpace(token)
+	}
+	if secret == "" {
+		return "", fmt.Errorf("missing API key: send Authorization: Bearer <key> or X-API-Key: <key>: %w", errdefs.ErrUnauthenticated)
+	}
+	return secret, nil
 }
 
 // caller is the authenticated key of a request.

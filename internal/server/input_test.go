@@ -150,12 +150,13 @@ func TestRoutes(t *testing.T) {
 		"DELETE /v1/sandboxes/{id}/files", "GET /v1/sandboxes/{id}/files/list", "GET /v1/sandboxes/{id}/files/stat",
 		"POST /v1/sandboxes/{id}/files/mkdir", "POST /v1/sandboxes/{id}/files/move", "GET /v1/sandboxes/{id}/files/watch",
 		"GET /v1/keys", "POST /v1/keys", "DELETE /v1/keys/{id}",
+		"GET /v1/tools", "POST /v1/sandboxes/{id}/tools/{name}", "POST /mcp", "GET /mcp", "DELETE /mcp",
 	} {
 		if !slices.Contains(routes, want) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 34 {
+	if len(routes) != 39 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/tools"
 )
 
 // Options wire a Server.
@@ -59,6 +60,7 @@ type Server struct {
 	mux     *http.ServeMux
 	handler http.Handler
 	routes  []string
+	mcp     *tools.HTTPHandler // /mcp (tools.go)
 
 	// streams are the in-flight streaming responses; drain is cancelled
 	// when Shutdown's grace period is over.
@@ -140,6 +142,13 @@ func (s *Server) register() {
 	s.route("POST /v1/sandboxes/{id}/files/move", s.moveFile, 0)
 	s.route("GET /v1/sandboxes/{id}/files/watch", s.watchFiles, 0)
 
+	s.route("GET /v1/tools", s.listTools, 0)
+	s.route("POST /v1/sandboxes/{id}/tools/{name}", s.callTool, 0)
+	s.mcp = s.newMCP()
+	s.route("POST /mcp", s.serveMCP, 0)
+	s.route("GET /mcp", s.serveMCP, 0)
+	s.route("DELETE /mcp", s.serveMCP, 0)
+
 	s.route("GET /v1/keys", s.listKeys, adminOnly)
 	s.route("POST /v1/keys", s.createKey, adminOnly)
 	s.route("DELETE /v1/keys/{id}", s.revokeKey, adminOnly)
@@ -197,6 +206,7 @@ func (s *Server) recover(w http.ResponseWriter, r *http.Request) {
 // WebSocket streams are invisible to http.Server, so this is what drains
 // them.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mcp.Close() // MCP sessions cannot outlive the process: kill their sandboxes
 	done := make(chan struct{})
 	go func() { s.streams.Wait(); close(done) }()
 	select {

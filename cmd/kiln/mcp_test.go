@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// TestMCP drives Kiln's MCP server with the Go SDK's MCP client, over
+// stdio (the real `kiln mcp` binary) and over streamable HTTP (/mcp on the
+// real kiln serve): the tools are listed, Python runs twice with its state
+// kept, a chart arrives as image content, an exception and a failing
+// command arrive as tool errors, files go in and out, and the session's
+// sandbox is killed when the session ends.
+func TestMCP(t *testing.T) {
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, "code-interpreter")
+	ocitest.Require(t, err == nil, fmt.Sprintf("code-interpreter template not built (make setup): %v", err))
+	kiln := buildKiln(t)
+	dataDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	srv, key := startServe(t, kiln, dataDir, addr)
+	defer func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+	}()
+	if key == "" {
+		t.Fatal("first start printed no admin key")
+	}
+	url := "http://" + addr
+	c := client.New(url, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	t.Run("stdio", func(t *testing.T) {
+		cmd := exec.Command(kiln, "mcp")
+		cmd.Env = append(os.Environ(), "KILN_URL="+url, "KILN_API_KEY="+key)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exerciseMCP(t, ctx, cs, c)
+		if t.Failed() {
+			t.Logf("kiln mcp stderr:\n%s", stderr.String())
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		// No key: the route's auth answers before MCP does, and the SDK
+		// client cannot connect.
+		resp, err := http.Post(url+"/mcp", "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("POST /mcp without a key: %d, want 401", resp.StatusCode)
+		}
+		if cs, err := connectHTTP(ctx, url, ""); err == nil {
+			cs.Close()
+			t.Error("an MCP client without a key connected")
+		}
+
+		cs, err := connectHTTP(ctx, url, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another key cannot use the session.
+		other, err := c.CreateKey(ctx, api.CreateKeyRequest{Name: "other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("POST", url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+		req.Header.Set("Authorization", "Bearer "+other.Secret)
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("another key's request on the session: %d, want 403", resp.StatusCode)
+		}
+		exerciseMCP(t, ctx, cs, c)
+	})
+}
+
+// connectHTTP opens an MCP session on /mcp, sending key (if any) as a
+// Bearer token.
+func connectHTTP(ctx context.Context, url, key string) (*mcp.ClientSession, error) {
+	hc := &http.Client{Transport: bearer{key}}
+	return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+}
+
+type bearer struct{ key string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.key != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.key)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// exerciseMCP runs the tools through cs, then closes it and checks that
+// the session's sandbox is killed.
+func exerciseMCP(t *testing.T, ctx context.Context, cs *mcp.ClientSession, c *client.Client) {
+	t.Helper()
+	defer cs.Close()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range lt.Tools {
+		names = append(names, tl.Name)
+	}
+	for _, want := range []string{"execute_python", "run_code", "run_command", "read_file", "write_file", "list_files", "create_sandbox", "kill_sandbox"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+
+	call := func(name string, args map[string]any) *mcp.CallToolResult {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return res
+	}
+	textOf := func(res *mcp.CallToolResult) string {
+		var b strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				b.WriteString(tc.Text)
+			}
+		}
+		return b.String()
+	}
+
+	// Python twice: the second call sees the first one's variable.
+	if res := call("execute_python", map[string]any{"code": "x = 41\nprint('set')"}); res.IsError || textOf(res) != "set\n" {
+		t.Errorf("first run: error %v, %q", res.IsError, textOf(res))
+	}
+	if res := call("run_code", map[string]any{"code": "x + 1", "language": "python"}); res.IsError || textOf(res) != "42" {
+		t.Errorf("second run: error %v, %q", res.IsError, textOf(res))
+	}
+
+	// A chart is image content.
+	res := call("execute_python", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('kiln')"})
+	var png []byte
+	for _, c := range res.Content {
+		if ic, ok := c.(*mcp.ImageContent); ok && ic.MIMEType == "image/png" {
+			png = ic.Data
+		}
+	}
+	if res.IsError || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("chart: error %v, %d content items, png %d bytes, text %q", res.IsError, len(res.Content), len(png), textOf(res))
+	}
+
+	// An exception is a tool error with its traceback; the kernel lives on.
+	res = call("execute_python", map[string]any{"code": "def f():\n    return 1 / 0\nf()"})
+	if tx := textOf(res); !res.IsError || !strings.Contains(tx, "ZeroDivisionError") || !strings.Contains(tx, "f()") {
+		t.Errorf("exception: error %v, %q", res.IsError, tx)
+	}
+	res = call("run_command", map[string]any{"command": "echo out; echo err >&2; exit 3"})
+	if tx := textOf(res); !res.IsError || !strings.Contains(tx, "exit code 3") || !strings.Contains(tx, "out") || !strings.Contains(tx, "err") {
+		t.Errorf("failing command: error %v, %q", res.IsError, tx)
+	}
+	res = call("execute_python", map[string]any{"cod": "1"})
+	if tx := textOf(res); !res.IsError || !strings.Contains(tx, "cod") {
+		t.Errorf("bad arguments: error %v, %q", res.IsError, tx)
+	}
+
+	// Files: written by one tool, seen by the others.
+	if res := call("write_file", map[string]any{"path": "notes/a.txt", "content": "hello from mcp"}); res.IsError {
+		t.Errorf("write_file: %q", textOf(res))
+	}
+	if res := call("read_file", map[string]any{"path": "notes/a.txt"}); res.IsError || textOf(res) != "hello from mcp" {
+		t.Errorf("read_file: error %v, %q", res.IsError, textOf(res))
+	}
+	if res := call("list_files", map[string]any{"path": "notes"}); res.IsError || !strings.Contains(textOf(res), "/home/user/notes/a.txt") {
+		t.Errorf("list_files: error %v, %q", res.IsError, textOf(res))
+	}
+	if res := call("read_file", map[string]any{"path": "nope.txt"}); !res.IsError || !strings.Contains(textOf(res), "not_found") {
+		t.Errorf("missing file: error %v, %q", res.IsError, textOf(res))
+	}
+	if res := call("execute_python", map[string]any{"code": "open('notes/a.txt').read()"}); !strings.Contains(textOf(res), "hello from mcp") {
+		t.Errorf("python reading the file: %q", textOf(res))
+	}
+
+	// The sandbox is the session's: its hostname is its id.
+	id := strings.TrimSpace(strings.TrimPrefix(textOf(call("run_command", map[string]any{"command": "hostname"})), "exit code 0\nstdout:\n"))
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil || sb.State != "running" || sb.Metadata["created_by"] != "kiln-mcp" {
+		t.Fatalf("session sandbox %q: %+v, %v", id, sb, err)
+	}
+
+	// Ending the session kills it.
+	if err := cs.Close(); err != nil {
+		t.Errorf("closing the session: %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sb, err := c.GetSandbox(ctx, id)
+		if client.IsCode(err, api.CodeNotFound) || (err == nil && sb.State == "stopped") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session sandbox %s after the session ended: %+v, %v", id, sb, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

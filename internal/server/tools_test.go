@@ -1,0 +1,87 @@
+package server_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/kiln-sh/kiln/api"
+)
+
+// TestToolDefinitions checks GET /v1/tools in each format and its input
+// errors.
+func TestToolDefinitions(t *testing.T) {
+	h := newHarness(t, false, harnessOpts{})
+	for _, tc := range []struct {
+		query string
+		names []string // of the tools answered, in order
+		name  func(map[string]any) any
+	}{
+		{"", []string{"execute_python", "run_code", "run_command", "read_file", "write_file", "list_files"},
+			func(d map[string]any) any { return d["function"].(map[string]any)["name"] }},
+		{"?format=anthropic&names=run_command,execute_python", []string{"execute_python", "run_command"},
+			func(d map[string]any) any { return d["name"] }},
+		{"?format=mcp&names=read_file", []string{"read_file"},
+			func(d map[string]any) any { return d["name"] }},
+	} {
+		var defs []map[string]any
+		h.do("GET", "/v1/tools"+tc.query, h.a, nil, 200, &defs)
+		var got []string
+		for _, d := range defs {
+			got = append(got, tc.name(d).(string))
+		}
+		if strings.Join(got, ",") != strings.Join(tc.names, ",") {
+			t.Errorf("GET /v1/tools%s: %v, want %v", tc.query, got, tc.names)
+		}
+	}
+	var defs []map[string]any
+	h.do("GET", "/v1/tools?format=anthropic&names=run_code", h.a, nil, 200, &defs)
+	schema, _ := json.Marshal(defs[0]["input_schema"])
+	if !strings.Contains(string(schema), `"required":["code"]`) || !strings.Contains(string(schema), `"enum":["python","r"`) {
+		t.Errorf("run_code schema: %s", schema)
+	}
+	for _, q := range []string{"?format=gemini", "?names=rm_rf", "?names=create_sandbox", "?fromat=openai"} {
+		h.do("GET", "/v1/tools"+q, h.a, nil, 400, nil)
+	}
+	h.do("GET", "/v1/tools", "", nil, 401, nil)
+}
+
+// TestCallTool runs model tool calls through POST
+// /v1/sandboxes/{id}/tools/{name} in a real sandbox: results and failures
+// both come back as 200 ToolResults; only an unusable sandbox or an unknown
+// tool is an HTTP error.
+func TestCallTool(t *testing.T) {
+	h := newHarness(t, true, harnessOpts{})
+	sb := h.create(h.a, api.CreateSandboxRequest{})
+	defer h.do("DELETE", "/v1/sandboxes/"+sb.ID, h.a, nil, 204, nil)
+	path := "/v1/sandboxes/" + sb.ID + "/tools/"
+	for _, tc := range []struct {
+		tool, args string
+		isError    bool
+		text       string // in the first content item
+	}{
+		{"run_command", `{"command":"echo hi; echo oops >&2"}`, false, "exit code 0\nstdout:\nhi\nstderr:\noops\n"},
+		{"run_command", `{"command":"exit 7"}`, true, "exit code 7"},
+		{"write_file", `{"path":"d/x.txt","content":"strawberry"}`, false, "wrote 10 bytes to /home/user/d/x.txt"},
+		{"read_file", `{"path":"d/x.txt"}`, false, "strawberry"},
+		{"list_files", `{"path":"d"}`, false, "/home/user/d/x.txt"},
+		{"list_files", `{}`, false, "/home/user/d/"},
+		{"read_file", `{"path":"d/missing"}`, true, "not_found"},
+		{"read_file", `{"path":"/etc/shadow"}`, true, "permission_denied"},
+		{"run_command", `{"cmd":"ls"}`, true, `unknown field "cmd"`},
+		{"run_command", `{"command":""}`, true, "command is required"},
+		{"run_command", `{"command":5}`, true, "command must be a string, not number"},
+		{"write_file", `{"path":"y"}`, true, "content is required"},
+		{"run_command", `{"command":"sleep 5","timeout":0.5}`, true, "timeout"},
+	} {
+		var res api.ToolResult
+		h.do("POST", path+tc.tool, h.a, json.RawMessage(tc.args), 200, &res)
+		if len(res.Content) == 0 || res.IsError != tc.isError || !strings.Contains(res.Content[0].Text, tc.text) {
+			t.Errorf("%s %s: %+v, want is_error %v and %q", tc.tool, tc.args, res, tc.isError, tc.text)
+		}
+	}
+	h.do("POST", path+"create_sandbox", h.a, json.RawMessage(`{}`), 404, nil)
+	h.do("POST", path+"rm_rf", h.a, json.RawMessage(`{}`), 404, nil)
+	h.do("POST", path+"run_command", h.b, json.RawMessage(`{"command":"id"}`), 404, nil) // another key's sandbox
+	h.do("POST", path+"run_command", h.a, json.RawMessage(` [1]`), 400, nil)
+}

@@ -1,0 +1,95 @@
+package tools
+
+import (
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/kiln-sh/kiln/client"
+)
+
+// DefaultIdleTimeout ends an HTTP MCP session (and kills its sandbox)
+// after this long without a request.
+const DefaultIdleTimeout = 15 * time.Minute
+
+// HTTPOptions configure an HTTPHandler.
+type HTTPOptions struct {
+	Session     Options // for each session's Session
+	Version     string
+	IdleTimeout time.Duration // default DefaultIdleTimeout
+	Log         *slog.Logger
+}
+
+// HTTPHandler serves the tools over MCP's streamable HTTP transport. Each
+// MCP session gets its own Session (one sandbox), calling Kiln through the
+// client the caller's request yields; sessions end on DELETE, after the
+// idle timeout, or on Close.
+type HTTPHandler struct {
+	h *mcp.StreamableHTTPHandler
+
+	mu        sync.Mutex
+	live      map[*Session]struct{}
+	closed    bool
+	closeOnce sync.Once
+}
+
+// NewHTTPHandler returns the handler. clientFor is asked, once per new
+// session, for the client that session calls Kiln with: it carries the
+// caller's API key, so the key's tenancy and quotas apply to the session's
+// sandbox. Authenticate requests before they reach the handler; a request
+// whose context has no auth.TokenInfo is served, but then sessions are not
+// bound to a user.
+func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions) *HTTPHandler {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.Session.Timeout <= 0 {
+		o.Session.Timeout = o.IdleTimeout
+	}
+	hh := &HTTPHandler{live: map[*Session]struct{}{}}
+	hh.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		sess := NewSession(clientFor(r), o.Session)
+		sess.onClose = func() {
+			hh.mu.Lock()
+			delete(hh.live, sess)
+			hh.mu.Unlock()
+		}
+		hh.mu.Lock()
+		defer hh.mu.Unlock()
+		if hh.closed {
+			return nil // 400: the server is shutting down
+		}
+		hh.live[sess] = struct{}{}
+		return NewMCPServer(sess, o.Version)
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: o.IdleTimeout, Logger: o.Log})
+	return hh
+}
+
+func (hh *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { hh.h.ServeHTTP(w, r) }
+
+// Close ends every MCP session, kills their sandboxes and refuses new
+// sessions. Concurrent calls wait for the first.
+func (hh *HTTPHandler) Close() {
+	hh.closeOnce.Do(func() {
+		hh.mu.Lock()
+		hh.closed = true
+		live := hh.live
+		hh.live = map[*Session]struct{}{}
+		hh.mu.Unlock()
+		var wg sync.WaitGroup
+		for s := range live {
+			wg.Go(func() { s.end() })
+		}
+		wg.Wait()
+	})
+}
+
+// Sessions returns the number of live sessions.
+func (hh *HTTPHandler) Sessions() int {
+	hh.mu.Lock()
+	defer hh.mu.Unlock()
+	return len(hh.live)
+}

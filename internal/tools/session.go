@@ -1,0 +1,265 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+)
+
+// Options configure a Session.
+type Options struct {
+	// Template of the session's sandbox (default DefaultTemplate).
+	Template string
+	// Timeout is how long the sandbox lives after the session's last call
+	// (default DefaultTimeout): every call pushes its end back.
+	Timeout time.Duration
+	// Sandbox, if set, is an existing sandbox the session uses instead of
+	// making its own; it is not killed when the session ends.
+	Sandbox string
+	Log     *slog.Logger
+}
+
+const (
+	// DefaultTemplate has the interpreters run_code needs.
+	DefaultTemplate = "code-interpreter"
+	// DefaultTimeout is a session sandbox's life after the last call.
+	DefaultTimeout = 15 * time.Minute
+	// refreshEvery spaces out the timeout extensions of a busy session.
+	refreshEvery = time.Minute
+	// killTimeout bounds killing a session's sandbox when it ends.
+	killTimeout = 30 * time.Second
+)
+
+// Session is one model session's use of Kiln (an MCP session): it makes
+// its sandbox on first use, reuses it so that interpreter state and files
+// persist from call to call, and kills it on Close. It is safe for
+// concurrent calls.
+type Session struct {
+	c    *client.Client
+	opts Options
+	log  *slog.Logger
+
+	mu        sync.Mutex
+	id        string // the current sandbox; "" before first use
+	owned     bool   // made by the session, so killed by Close
+	refreshed time.Time
+	closed    bool
+
+	onClose func()    // set by HTTPHandler
+	conn    io.Closer // the MCP session, once known
+}
+
+// NewSession returns a session that calls Kiln through c.
+func NewSession(c *client.Client, o Options) *Session {
+	if o.Template == "" {
+		o.Template = DefaultTemplate
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Session{c: c, opts: o, log: o.Log, id: o.Sandbox, refreshed: time.Now()}
+}
+
+var errClosed = errors.New("the session has ended")
+
+// Call runs the tool name with the model's JSON arguments. Like [Call],
+// failures are results with IsError set; the error is for an unknown tool.
+func (s *Session) Call(ctx context.Context, name string, args json.RawMessage) (*api.ToolResult, error) {
+	switch name {
+	case "create_sandbox":
+		var a struct {
+			Template string `json:"template"`
+		}
+		if res := decode(args, &a); res != nil {
+			return res, nil
+		}
+		return s.recreate(ctx, a.Template), nil
+	case "kill_sandbox":
+		if res := decode(args, &struct{}{}); res != nil {
+			return res, nil
+		}
+		return s.kill(ctx), nil
+	}
+	if _, ok := Lookup(name); !ok {
+		return nil, unknownTool(name)
+	}
+	id, res := s.sandbox(ctx)
+	if res != nil {
+		return res, nil
+	}
+	res, err := Call(ctx, s.c, id, name, args)
+	if err != nil || !res.IsError {
+		return res, err
+	}
+	if s.gone(ctx, id) {
+		res.Content = append(res.Content, api.ToolContent{Type: "text", Text: "The session's sandbox " + id +
+			" is gone (it expired or was killed): its state is lost. The next call starts a new sandbox."})
+	}
+	return res, nil
+}
+
+// sandbox returns the session's sandbox, making it on first use and
+// pushing its end back on later ones.
+func (s *Session) sandbox(ctx context.Context) (string, *api.ToolResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return "", failed(errClosed.Error())
+	case s.id == "":
+		if res := s.create(ctx, s.opts.Template); res != nil {
+			return "", res
+		}
+	case time.Since(s.refreshed) > refreshEvery:
+		if _, err := s.c.SetTimeout(ctx, s.id, s.opts.Timeout); err != nil && s.owned {
+			// Gone (or no longer running): say so rather than silently
+			// starting over without the state the model expects.
+			s.log.Info("session sandbox lost", "sandbox_id", s.id, "err", err)
+			s.id, s.owned = "", false
+			return "", failed("the session's sandbox is gone (it expired or was killed): its state is lost. " +
+				"Call the tool again to start a new sandbox. (" + failure(err).Content[0].Text + ")")
+		}
+		s.refreshed = time.Now()
+	}
+	return s.id, nil
+}
+
+// create makes a sandbox of template for the session; s.mu is held.
+func (s *Session) create(ctx context.Context, template string) *api.ToolResult {
+	sb, err := s.c.CreateSandbox(ctx, api.CreateSandboxRequest{
+		Template: template, Timeout: int64(s.opts.Timeout.Seconds()),
+		Metadata: map[string]string{"created_by": "kiln-mcp"},
+	})
+	if err != nil {
+		res := failure(err)
+		res.Content[0].Text = "starting the session's sandbox: " + res.Content[0].Text
+		return res
+	}
+	s.id, s.owned, s.refreshed = sb.ID, true, time.Now()
+	s.log.Info("session sandbox created", "sandbox_id", sb.ID, "template", template)
+	return nil
+}
+
+// recreate replaces the session's sandbox with a fresh one.
+func (s *Session) recreate(ctx context.Context, template string) *api.ToolResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return failed(errClosed.Error())
+	}
+	if template == "" {
+		template = s.opts.Template
+	}
+	s.killLocked(ctx)
+	if res := s.create(ctx, template); res != nil {
+		return res
+	}
+	return text(fmt.Sprintf("Started sandbox %s (template %s). Earlier state is gone.", s.id, template))
+}
+
+func (s *Session) kill(ctx context.Context) *api.ToolResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id == "" {
+		return text("The session has no sandbox; the next call starts one.")
+	}
+	id := s.id
+	if err := s.killLocked(ctx); err != nil {
+		return failure(err)
+	}
+	return text("Killed sandbox " + id + "; the next call starts a new one.")
+}
+
+// killLocked kills the session's own sandbox and forgets it (one given
+// in Options.Sandbox is only forgotten); s.mu is held.
+func (s *Session) killLocked(ctx context.Context) error {
+	id, owned := s.id, s.owned
+	s.id, s.owned = "", false
+	if id == "" || !owned {
+		return nil
+	}
+	err := s.c.KillSandbox(ctx, id)
+	if client.IsCode(err, api.CodeNotFound) {
+		err = nil
+	}
+	s.log.Info("session sandbox killed", "sandbox_id", id, "err", err)
+	return err
+}
+
+// gone reports whether the sandbox id no longer runs, and forgets it if
+// so; it is asked after a failed call, which may be the first sign.
+func (s *Session) gone(ctx context.Context, id string) bool {
+	sb, err := s.c.GetSandbox(ctx, id)
+	if (err == nil && (sb.State == "running" || sb.State == "paused")) || (err != nil && !client.IsCode(err, api.CodeNotFound)) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.id == id {
+		s.id, s.owned = "", false
+	}
+	return true
+}
+
+// Close ends the session and kills its sandbox (unless it was given in
+// Options.Sandbox). Later calls fail. It is idempotent.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.onClose != nil {
+		s.onClose()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+	defer cancel()
+	return s.killLocked(ctx)
+}
+
+// end closes the session's MCP connection (ending its streams), then the
+// session.
+func (s *Session) end() {
+	s.mu.Lock()
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	s.Close()
+}
+
+// attach records the MCP connection of the session and closes the
+// session when it ends.
+func (s *Session) attach(conn interface {
+	io.Closer
+	Wait() error
+}) {
+	s.mu.Lock()
+	if s.conn != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.conn = conn
+	s.mu.Unlock()
+	go func() { conn.Wait(); s.Close() }()
+}
+
+// SandboxID returns the session's current sandbox, "" if it has none.
+func (s *Session) SandboxID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.id
+}
