@@ -22,8 +22,6 @@ import (
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
-	"github.com/kiln-sh/kiln/internal/store/sqlite"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // agentPath is a kiln-agent built once for the package's tests.
@@ -35,26 +33,10 @@ func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 // base template) and a private state dir.
 func testConfig(t *testing.T) sandbox.Config {
 	t.Helper()
-	ocitest.RequireRoot(t)
-	cfg := config.FromEnv()
-	cfg.AgentPath = agentPath
-	_, err := template.Lookup(cfg.DataDir, "base")
-	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
-	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "kiln.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st}
+	return sandboxtest.Config(t, agentPath)
 }
 
-func runtimes(cfg config.Config) map[string]oci.Runtime {
-	return map[string]oci.Runtime{
-		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(context.Background(), cfg.RunscPath, cfg.RunscPlatform)}),
-		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
-	}
-}
+func runtimes(cfg config.Config) map[string]oci.Runtime { return sandboxtest.OCIRuntimes(cfg) }
 
 func newManager(t *testing.T, cfg sandbox.Config) *sandbox.Manager {
 	t.Helper()

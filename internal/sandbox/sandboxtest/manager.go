@@ -1,0 +1,171 @@
+package sandboxtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Runtimes are the names every sandbox suite runs against.
+var Runtimes = []string{"runsc", "runc"}
+
+// OCIRuntimes returns the configured runtime drivers, as kiln serve makes
+// them.
+func OCIRuntimes(cfg config.Config) map[string]oci.Runtime {
+	return map[string]oci.Runtime{
+		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"),
+			Flags: append(oci.RunscFlags(context.Background(), cfg.RunscPath, cfg.RunscPlatform), cfg.RunscExtraFlags...)}),
+		"runc": oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
+	}
+}
+
+// Config is a Manager config for tests: the real data dir (for the base
+// template), the given agent, a private state dir and SQLite store. It
+// skips (fails with CI=true) without root or the base template.
+func Config(t testing.TB, agentPath string) sandbox.Config {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	cfg := config.FromEnv()
+	cfg.AgentPath = agentPath
+	_, err := template.Lookup(cfg.DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "kiln.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st}
+}
+
+// NewManager starts a Manager whose logs go to the test log; it is closed
+// (its sandboxes killed) when the test ends.
+func NewManager(t testing.TB, cfg sandbox.Config) *sandbox.Manager {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, err := sandbox.NewManager(context.Background(), cfg, OCIRuntimes(cfg.Config), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, sb := range m.Live() {
+			_ = m.Kill(ctx, sb.ID)
+		}
+		m.Close()
+	})
+	return m
+}
+
+// ForEachRuntime runs f as a parallel subtest per runtime.
+func ForEachRuntime(t *testing.T, f func(t *testing.T, rt string)) {
+	for _, rt := range Runtimes {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			_, err := exec.LookPath(rt)
+			ocitest.Require(t, err == nil, rt+" not installed")
+			f(t, rt)
+		})
+	}
+}
+
+// Box is one test sandbox with its agent.
+type Box struct {
+	t     testing.TB
+	M     *sandbox.Manager
+	SB    sandbox.Sandbox
+	Agent *sandbox.Agent
+}
+
+// Create makes a sandbox that is killed when the test ends.
+func Create(t testing.TB, m *sandbox.Manager, opts sandbox.CreateOptions) *Box {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sb, err := m.Create(ctx, opts)
+	if err != nil {
+		t.Fatalf("creating sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Kill(context.Background(), sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("killing sandbox: %v", err)
+		}
+	})
+	a, err := m.Agent(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Box{t: t, M: m, SB: sb, Agent: a}
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Exit           *api.ExitStatus
+}
+
+// Exec runs p to its end (60 s at most) and fails the test if the agent
+// cannot run it.
+func (b *Box) Exec(p wire.ExecParams) Result {
+	b.t.Helper()
+	r, err := b.TryExec(p)
+	if err != nil {
+		b.t.Fatalf("exec %v %q: %v", p.Args, p.Cmd, err)
+	}
+	return r
+}
+
+// TryExec is Exec that returns the error.
+func (b *Box) TryExec(p wire.ExecParams) (Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	exit, err := b.Agent.Exec(ctx, p, func(ev api.Event) error {
+		switch ev.Type {
+		case api.EventStdout:
+			out.Write(ev.Data)
+		case api.EventStderr:
+			errb.Write(ev.Data)
+		}
+		return nil
+	})
+	return Result{Stdout: out.String(), Stderr: errb.String(), Exit: exit}, err
+}
+
+// Sh runs a shell command as the sandbox's user.
+func (b *Box) Sh(cmd string) Result {
+	b.t.Helper()
+	return b.Exec(wire.ExecParams{Cmd: cmd, TimeoutMs: 60_000})
+}
+
+// RootSh runs a shell command as root in the sandbox.
+func (b *Box) RootSh(cmd string) Result {
+	b.t.Helper()
+	return b.Exec(wire.ExecParams{Cmd: cmd, TimeoutMs: 60_000, User: wire.UserRoot})
+}
+
+// testWriter sends logs to the test's log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}

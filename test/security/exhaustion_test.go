@@ -1,0 +1,333 @@
+package security
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
+)
+
+// exhaustion is one resource attack. run performs it in a fresh sandbox
+// with limits and checks that the caller got a clear error; the harness
+// then checks the attacker's sandbox still answers and measures a
+// neighbour sandbox and the host while run ran.
+type exhaustion struct {
+	name   string
+	limits sandbox.Limits
+	run    func(t *testing.T, b *sandboxtest.Box) (outcome string)
+}
+
+func exhaustions() []exhaustion {
+	return []exhaustion{
+		{"fork bomb", sandbox.Limits{MemoryBytes: config.GiB, Pids: 128}, forkBomb},
+		{"memory bomb", sandbox.Limits{MemoryBytes: 256 * config.MiB}, memoryBomb},
+		{"disk fill", sandbox.Limits{DiskBytes: 128 * config.MiB}, diskFill},
+		{"inode fill", sandbox.Limits{DiskBytes: 64 * config.MiB}, inodeFill},
+		{"fd exhaustion", sandbox.Limits{}, fdExhaustion},
+		{"CPU spin", sandbox.Limits{CPUs: 0.5}, cpuSpin},
+		{"output flood", sandbox.Limits{}, outputFlood},
+	}
+}
+
+// TestExhaustion runs every resource attack against each runtime, with a
+// neighbour sandbox whose `true` round trips are measured during each
+// attack (reported, and required to answer within a generous deadline) and
+// the host's scheduling lag, available memory and free disk alongside.
+func TestExhaustion(t *testing.T) {
+	sandboxtest.ForEachRuntime(t, func(t *testing.T, rt string) {
+		m := sandboxtest.NewManager(t, sandboxtest.Config(t, agentPath))
+		neighbour := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt})
+		base := measure(neighbour, func() {
+			for range 10 {
+				neighbour.Exec(wire.ExecParams{Args: []string{"true"}})
+			}
+		})
+		report := []string{fmt.Sprintf("%-14s | %-58s | neighbour `true` p50/max | host lag max | host MemAvailable drop", "attack", "outcome"),
+			fmt.Sprintf("%-14s | %-58s | %s | %s | %s", "(baseline)", "", base.rtt(), ms(base.lag), mib(base.memDrop))}
+		for _, a := range exhaustions() {
+			ok := t.Run(a.name, func(t *testing.T) {
+				b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Limits: a.limits})
+				var outcome string
+				p := measure(neighbour, func() { outcome = a.run(t, b) })
+				if t.Failed() {
+					return
+				}
+				if r, err := b.TryExec(wire.ExecParams{Cmd: "echo alive", TimeoutMs: 30_000}); err != nil || r.Stdout != "alive\n" {
+					t.Errorf("attacker's sandbox does not answer after the attack: %q, %v", r.Stdout, err)
+				}
+				if len(p.errs) > 0 {
+					t.Errorf("neighbour failed during the attack: %v", p.errs[0])
+				}
+				if p.hostDisk > 256*config.MiB {
+					t.Errorf("host lost %d MiB of disk during the attack", p.hostDisk/config.MiB)
+				}
+				report = append(report, fmt.Sprintf("%-14s | %-58s | %s | %s | %s", a.name, outcome, p.rtt(), ms(p.lag), mib(p.memDrop)))
+			})
+			if !ok {
+				report = append(report, fmt.Sprintf("%-14s | FAILED", a.name))
+			}
+		}
+		t.Logf("%s: resource attacks, neighbour and host during each:\n%s", rt, strings.Join(report, "\n"))
+	})
+}
+
+// probe is what was measured while an attack ran.
+type probe struct {
+	rtts     []time.Duration // neighbour `true` round trips
+	errs     []error
+	lag      time.Duration // worst oversleep of a 10 ms host timer
+	memDrop  int64         // MemAvailable before minus its minimum during
+	hostDisk int64         // data dir free space lost
+}
+
+// measure runs attack while probing the neighbour and the host.
+func measure(neighbour *sandboxtest.Box, attack func()) *probe {
+	p := &probe{}
+	mem0, disk0 := memAvailable(), freeDisk()
+	minMem := mem0
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			start := time.Now()
+			exit, err := neighbour.Agent.Exec(ctx, wire.ExecParams{Args: []string{"true"}}, func(api.Event) error { return nil })
+			cancel()
+			if err == nil && exit.Code != 0 {
+				err = fmt.Errorf("true exited %d", exit.Code)
+			}
+			if err != nil {
+				p.errs = append(p.errs, err)
+			} else {
+				p.rtts = append(p.rtts, time.Since(start))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			start := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			p.lag = max(p.lag, time.Since(start)-10*time.Millisecond)
+			if i%10 == 0 {
+				minMem = min(minMem, memAvailable())
+			}
+		}
+	})
+	attack()
+	close(stop)
+	wg.Wait()
+	p.memDrop, p.hostDisk = mem0-minMem, disk0-freeDisk()
+	return p
+}
+
+func (p *probe) rtt() string {
+	if len(p.rtts) == 0 {
+		return "–"
+	}
+	s := slices.Clone(p.rtts)
+	slices.Sort(s)
+	return fmt.Sprintf("%s / %s (n=%d)", ms(s[len(s)/2]), ms(s[len(s)-1]), len(s))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+func mib(n int64) string        { return fmt.Sprintf("%d MiB", n/config.MiB) }
+
+func memAvailable() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func freeDisk() int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(config.FromEnv().DataDir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+func forkBomb(t *testing.T, b *sandboxtest.Box) string {
+	r := b.Exec(wire.ExecParams{Args: []string{"python3", "-c", `
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(30); os._exit(0)
+        n += 1
+except OSError as e:
+    print("contained after", n, e.errno)
+`}, TimeoutMs: 60_000})
+	// runc: the kernel's pids limit on the user cgroup makes fork fail
+	// (EAGAIN). runsc: the agent's guard kills the tree.
+	var outcome string
+	switch {
+	case strings.Contains(r.Stdout, "contained after"):
+		n, _ := strconv.Atoi(strings.Fields(r.Stdout)[2])
+		if n > 128 {
+			t.Errorf("forked %d processes with a pids limit of 128", n)
+		}
+		outcome = fmt.Sprintf("fork failed with EAGAIN after %d processes", n)
+	case r.Exit.Reason == api.ExitPidsLimit && strings.Contains(r.Exit.Message, "too many processes"):
+		outcome = "killed: " + r.Exit.Message
+	default:
+		t.Fatalf("fork bomb not contained: stdout %q stderr %q exit %+v", r.Stdout, r.Stderr, r.Exit)
+	}
+	// The bomb's children (runc) hold the pids until killed and reaped.
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		b.TryExec(wire.ExecParams{Args: []string{"pkill", "-9", "python3"}, User: wire.UserRoot})
+		var r sandboxtest.Result
+		if r, err = b.TryExec(wire.ExecParams{Args: []string{"true"}}); err == nil && r.Exit.Code == 0 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("sandbox unusable after the fork bomb: %v", err)
+	}
+	return outcome
+}
+
+func memoryBomb(t *testing.T, b *sandboxtest.Box) string {
+	r := b.Exec(wire.ExecParams{Args: []string{"python3", "-c", "x = []\nwhile True: x.append(bytearray(16 << 20))"}, TimeoutMs: 120_000})
+	if r.Exit.Reason != api.ExitOOM || !strings.Contains(r.Exit.Message, "out of memory") {
+		t.Fatalf("memory bomb: exit %+v stderr %q; want out_of_memory", r.Exit, r.Stderr)
+	}
+	return "killed, exit reason out_of_memory"
+}
+
+func diskFill(t *testing.T, b *sandboxtest.Box) string {
+	r := b.Sh("dd if=/dev/zero of=/home/user/fill bs=1M count=1024 2>&1; echo rc=$?")
+	if !strings.Contains(r.Stdout, "No space left on device") || !strings.Contains(r.Stdout, "rc=1") {
+		t.Fatalf("filling the disk: %q", r.Stdout)
+	}
+	err := upload(b, "more", 1<<20)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("upload to a full disk: %v, want resource_exhausted: disk full", err)
+	}
+	b.Sh("rm -f /home/user/fill")
+	if err := upload(b, "after", 1<<20); err != nil {
+		t.Errorf("upload after freeing space: %v", err)
+	}
+	return "ENOSPC inside; upload: resource_exhausted, disk full"
+}
+
+func inodeFill(t *testing.T, b *sandboxtest.Box) string {
+	r := b.Exec(wire.ExecParams{Args: []string{"python3", "-c", `
+import os
+os.makedirs("/home/user/inodes", exist_ok=True)
+n = 0
+try:
+    while True:
+        os.close(os.open("/home/user/inodes/%d" % n, os.O_CREAT | os.O_WRONLY)); n += 1
+except OSError as e:
+    print(n, e.errno)
+`}, TimeoutMs: 120_000})
+	f := strings.Fields(r.Stdout)
+	if len(f) != 2 || f[1] != "28" {
+		t.Fatalf("filling the inodes: %q %q %+v; want ENOSPC (28)", r.Stdout, r.Stderr, r.Exit)
+	}
+	err := upload(b, "one-more", 10)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("upload with no inodes left: %v, want resource_exhausted", err)
+	}
+	b.Sh("rm -rf /home/user/inodes")
+	return fmt.Sprintf("ENOSPC after %s files; upload: resource_exhausted", f[0])
+}
+
+func fdExhaustion(t *testing.T, b *sandboxtest.Box) string {
+	before := hostFDs(b.SB.ID)
+	r := b.Exec(wire.ExecParams{Args: []string{"python3", "-c", `
+import os
+fds = []
+try:
+    while True: fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    print(len(fds), e.errno)
+`}, TimeoutMs: 120_000})
+	f := strings.Fields(r.Stdout)
+	if len(f) != 2 || f[1] != "24" {
+		t.Fatalf("opening files: %q %q %+v; want EMFILE (24)", r.Stdout, r.Stderr, r.Exit)
+	}
+	// The agent's own descriptors are its own: it still opens files.
+	if err := upload(b, "fd-check", 10); err != nil {
+		t.Errorf("agent after fd exhaustion: %v", err)
+	}
+	return fmt.Sprintf("EMFILE after %s fds; host fds of the sandbox %d → %d", f[0], before, hostFDs(b.SB.ID))
+}
+
+func cpuSpin(t *testing.T, b *sandboxtest.Box) string {
+	r := b.Exec(wire.ExecParams{Cmd: "for i in 1 2 3 4; do python3 -c 'while True: pass' & done; wait", TimeoutMs: 5000})
+	if r.Exit.Reason != api.ExitTimeout {
+		t.Fatalf("CPU spin: exit %+v, want timeout", r.Exit)
+	}
+	if r := b.Sh("pgrep -c python3 || true"); strings.TrimSpace(r.Stdout) != "0" {
+		t.Errorf("spinners left after the timeout: %q", r.Stdout)
+	}
+	return "4 spinners at 0.5 CPU, killed at the 5 s timeout"
+}
+
+func outputFlood(t *testing.T, b *sandboxtest.Box) string {
+	const limit = 1 << 20
+	r := b.Exec(wire.ExecParams{Cmd: "yes flood | head -c 200000000", OutputLimit: limit, TimeoutMs: 120_000})
+	if !r.Exit.Truncated || len(r.Stdout) > limit {
+		t.Fatalf("output flood: %d bytes delivered, exit %+v; want at most %d and truncated", len(r.Stdout), r.Exit, limit)
+	}
+	return fmt.Sprintf("200 MB written, %d KiB delivered, exit status truncated", len(r.Stdout)>>10)
+}
+
+func upload(b *sandboxtest.Box, path string, n int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := b.Agent.WriteFile(ctx, wire.WriteParams{Path: path}, strings.NewReader(strings.Repeat("x", n)))
+	return err
+}
+
+// hostFDs counts the open descriptors of the sandbox's host processes
+// (runc: the container's; runsc: the sentry's and gofer's).
+func hostFDs(id sandbox.ID) int {
+	procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory/kiln", id.String(), "cgroup.procs"))
+	n := 0
+	for _, pid := range strings.Fields(string(procs)) {
+		ents, _ := os.ReadDir("/proc/" + pid + "/fd")
+		n += len(ents)
+	}
+	return n
+}
