@@ -23,13 +23,14 @@ import (
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// TestMCP drives Kiln's MCP server with the Go SDK's MCP client, over
-// stdio (the real `kiln mcp` binary) and over streamable HTTP (/mcp on the
-// real kiln serve): the tools are listed, Python runs twice with its state
-// kept, a chart arrives as image content, an exception and a failing
-// command arrive as tool errors, files go in and out, and the session's
-// sandbox is killed when the session ends.
-func TestMCP(t *testing.T) {
+// TestLLMTools drives Kiln's tools for models against a real kiln serve.
+// MCP with the Go SDK's MCP client, over stdio (the real `kiln mcp`
+// binary) and over streamable HTTP (/mcp): the tools are listed, Python
+// runs twice with its state kept, a chart arrives as image content, an
+// exception and a failing command arrive as tool errors, files go in and
+// out, and the session's sandbox is killed when the session ends. Then the
+// function-calling example (examples/strawberry) runs its loop.
+func TestLLMTools(t *testing.T) {
 	ocitest.RequireRoot(t)
 	_, err := template.Lookup(config.FromEnv().DataDir, "code-interpreter")
 	ocitest.Require(t, err == nil, fmt.Sprintf("code-interpreter template not built (make setup): %v", err))
@@ -107,6 +108,38 @@ func TestMCP(t *testing.T) {
 			t.Errorf("another key's request on the session: %d, want 403", resp.StatusCode)
 		}
 		exerciseMCP(t, ctx, cs, c)
+	})
+
+	t.Run("strawberry example", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "strawberry")
+		if out, err := exec.Command("go", "build", "-o", bin, "../../examples/strawberry").CombinedOutput(); err != nil {
+			t.Fatalf("building the example: %v\n%s", err, out)
+		}
+		cmd := exec.CommandContext(ctx, bin)
+		cmd.Env = append(os.Environ(), "KILN_URL="+url, "KILN_API_KEY="+key)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "answer: The letter r appears 3 times in \"strawberry\".") {
+			t.Fatalf("example: %v\n%s", err, out)
+		}
+		t.Logf("the example's loop:\n%s", out)
+	})
+
+	// Sessions cannot outlive the server: a shutdown kills their
+	// sandboxes (and does not wait out the grace period for their
+	// streams).
+	t.Run("shutdown", func(t *testing.T) {
+		cs, err := connectHTTP(ctx, url, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		id := sessionSandbox(t, ctx, cs, c)
+		start := time.Now()
+		srv.Process.Signal(syscall.SIGTERM)
+		srv.Wait()
+		t.Logf("kiln serve stopped %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+		srv, _ = startServe(t, kiln, dataDir, addr)
+		waitKilled(t, ctx, c, id)
 	})
 }
 
@@ -216,17 +249,32 @@ func exerciseMCP(t *testing.T, ctx context.Context, cs *mcp.ClientSession, c *cl
 		t.Errorf("python reading the file: %q", textOf(res))
 	}
 
-	// The sandbox is the session's: its hostname is its id.
-	id := strings.TrimSpace(strings.TrimPrefix(textOf(call("run_command", map[string]any{"command": "hostname"})), "exit code 0\nstdout:\n"))
+	// Ending the session kills its sandbox.
+	id := sessionSandbox(t, ctx, cs, c)
+	if err := cs.Close(); err != nil {
+		t.Errorf("closing the session: %v", err)
+	}
+	waitKilled(t, ctx, c, id)
+}
+
+// sessionSandbox returns the id of the session's sandbox (its hostname).
+func sessionSandbox(t *testing.T, ctx context.Context, cs *mcp.ClientSession, c *client.Client) string {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "hostname"}})
+	if err != nil || res.IsError || len(res.Content) == 0 {
+		t.Fatalf("hostname: %+v, %v", res, err)
+	}
+	id := strings.TrimSpace(strings.TrimPrefix(res.Content[0].(*mcp.TextContent).Text, "exit code 0\nstdout:\n"))
 	sb, err := c.GetSandbox(ctx, id)
 	if err != nil || sb.State != "running" || sb.Metadata["created_by"] != "kiln-mcp" {
 		t.Fatalf("session sandbox %q: %+v, %v", id, sb, err)
 	}
+	return id
+}
 
-	// Ending the session kills it.
-	if err := cs.Close(); err != nil {
-		t.Errorf("closing the session: %v", err)
-	}
+// waitKilled waits until sandbox id is gone.
+func waitKilled(t *testing.T, ctx context.Context, c *client.Client, id string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		sb, err := c.GetSandbox(ctx, id)
