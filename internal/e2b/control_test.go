@@ -58,7 +58,7 @@ func TestControlPlane(t *testing.T) {
 	sbA := h.create(h.a, map[string]any{"templateID": "base", "timeout": 120,
 		"metadata": map[string]string{"app": "a b&c=d", "n": "1"}, "envVars": map[string]string{"GREETING": "hi"}})
 	var sbV1 sandboxJSON
-	h.api("POST", "/sandboxes", h.a, map[string]any{"templateID": "base", "timeout": 60, "secure": true,
+	h.api("POST", "/sandboxes", h.a, map[string]any{"templateID": "base", "timeout": 60, "secure": true, "autoPause": true,
 		"allow_internet_access": true, "metadata": map[string]string{"n": "2"}}, http.StatusCreated, &sbV1)
 	sbB := h.create(h.b, map[string]any{"templateID": "base"})
 	for _, sb := range []sandboxJSON{sbA, sbV1, sbB} {
@@ -150,6 +150,9 @@ func TestControlPlane(t *testing.T) {
 		h := h.with(t)
 		var d0, d1, d2 listedJSON
 		h.api("GET", "/sandboxes/"+sbV1.SandboxID, h.a, nil, http.StatusOK, &d0)
+		if d0.Lifecycle == nil || d0.Lifecycle.OnTimeout != "pause" {
+			t.Errorf("created with autoPause: lifecycle %+v, want onTimeout pause", d0.Lifecycle)
+		}
 		// Connect only extends: 600s > 60s left.
 		var c sandboxJSON
 		h.api("POST", "/v2/sandboxes/"+sbV1.SandboxID+"/connect", h.a, map[string]any{"timeout": 600}, http.StatusOK, &c)

@@ -148,8 +148,10 @@ func TestExecute(t *testing.T) {
 			t.Fatalf("results %v", res)
 		}
 		r := res[0]
-		if !strings.Contains(r["html"].(string), "<table") || !strings.Contains(r["text"].(string), "a  b") {
-			t.Errorf("DataFrame result: html %v, text %q", r["html"] != nil, r["text"])
+		data, _ := json.Marshal(r["data"])
+		if !strings.Contains(r["html"].(string), "<table") || !strings.Contains(r["text"].(string), "a  b") ||
+			string(data) != `{"a":[1,2],"b":["x","y"]}` {
+			t.Errorf("DataFrame result: html %v, text %q, data %s", r["html"] != nil, r["text"], data)
 		}
 	})
 
@@ -166,6 +168,61 @@ func TestExecute(t *testing.T) {
 		if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) || r["is_main_result"] != false ||
 			!strings.HasPrefix(r["text"].(string), "<Figure size") {
 			t.Errorf("figure result: png %d bytes (%v), text %q, main %v", len(png), err, r["text"], r["is_main_result"])
+		}
+		chart, _ := r["chart"].(map[string]any)
+		if chart["type"] != "line" || chart["title"] != "Squares" || chart["x_label"] != "x [m]" || chart["x_unit"] != "m" {
+			t.Errorf("chart %v: want a line chart titled Squares, x unit m", chart)
+		}
+		els, _ := chart["elements"].([]any)
+		if len(els) != 1 {
+			t.Fatalf("chart elements %v", els)
+		}
+		el := els[0].(map[string]any)
+		pts, _ := json.Marshal(el["points"])
+		if el["label"] != "squares" || string(pts) != "[[1,1],[2,4],[3,9]]" {
+			t.Errorf("line element %v", el)
+		}
+	})
+
+	t.Run("charts", func(t *testing.T) {
+		h := h.with(t)
+		for _, tc := range []struct {
+			name, code string
+			want       string // the chart's type and elements, JSON
+		}{
+			{"bar", "plt.bar(['a', 'b'], [3, 5], label='sales')",
+				`bar [{"group":"sales","label":"a","value":3},{"group":"sales","label":"b","value":5}]`},
+			{"pie", "plt.pie([1, 1], labels=['x', 'y'])",
+				`pie [{"angle":180,"label":"x","radius":1},{"angle":180,"label":"y","radius":1}]`},
+			{"scatter", "plt.scatter([1, 2], [3, 4], label='pts')",
+				`scatter [{"label":"pts","points":[[1,3],[2,4]]}]`},
+			{"box and whisker", "plt.boxplot([[1, 2, 3, 4, 5, 20]], labels=['A'])",
+				`box_and_whisker [{"first_quartile":2.25,"label":"A","max":5,"median":3.5,"min":1,"outliers":[20],"third_quartile":4.75}]`},
+			{"superchart", "fig, (a, b) = plt.subplots(1, 2)\na.plot([1, 2], [3, 4])\nb.bar(['q'], [1])",
+				`superchart [line bar]`},
+			{"blank figure", "plt.figure()", `<none>`},
+		} {
+			lines, _ := execute(h, sb, map[string]any{"code": "import matplotlib.pyplot as plt\n" + tc.code + "\nplt.show()"})
+			var got string
+			for _, r := range ofType(lines, "result") {
+				chart, _ := r["chart"].(map[string]any)
+				switch {
+				case len(chart) == 0:
+					got = "<none>"
+				case chart["type"] == "superchart":
+					var types []string
+					for _, el := range chart["elements"].([]any) {
+						types = append(types, el.(map[string]any)["type"].(string))
+					}
+					got = "superchart [" + strings.Join(types, " ") + "]"
+				default:
+					els, _ := json.Marshal(chart["elements"])
+					got = chart["type"].(string) + " " + string(els)
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%s: chart %s, want %s", tc.name, got, tc.want)
+			}
 		}
 	})
 

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +46,10 @@ type Spec struct {
 	// restores the previous values; both run as silent executions around
 	// the caller's code. Nil: per-execution env is rejected.
 	SetEnv func(env map[string]string) (set, restore string)
+	// Files are written into the kernel's directory (next to its
+	// connection file, readable by it) before it starts: e.g. a startup
+	// script its Argv names.
+	Files map[string]string
 }
 
 // Kernel is a running Jupyter kernel; it implements kernel.Kernel.
@@ -210,6 +215,11 @@ func (k *Kernel) launch(ctx context.Context) (in *instance, err error) {
 	file, err := info.write(dir, k.opts.UID, k.opts.GID)
 	if err != nil {
 		return nil, err
+	}
+	for name, content := range k.spec.Files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the kernel's %s: %w", name, err)
+		}
 	}
 	env := append(append([]string(nil), k.opts.Env...), k.spec.Env...)
 	in.proc, err = kernel.StartProc(kernel.WithSpawner(ctx, k.spawn), kernel.Cmd{

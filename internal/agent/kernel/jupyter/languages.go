@@ -1,9 +1,11 @@
 package jupyter
 
 import (
+	_ "embed"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/kiln-sh/kiln/internal/agent/kernel"
@@ -18,16 +20,28 @@ func NewPython(interpreter string) kernel.Factory {
 	return New(PythonSpec(interpreter))
 }
 
+// pythonStartup runs in every Python kernel as it starts: it registers
+// the e2b/data (pandas DataFrames) and e2b/chart (matplotlib figures)
+// formatters that E2B's result lines carry as data and chart.
+//
+//go:embed python_startup.py
+var pythonStartup string
+
+// pythonStartupFile is pythonStartup's name in the kernel's directory.
+const pythonStartupFile = "kiln_startup.py"
+
 // PythonSpec describes ipykernel run by interpreter. Figures come back
 // as image/png display_data through matplotlib's inline backend, with no
-// plt.show() needed.
+// plt.show() needed, and with an e2b/chart description (pythonStartup).
 func PythonSpec(interpreter string) Spec {
 	return Spec{
 		Language: "python",
 		Argv: func(conn string) []string {
 			return []string{interpreter, "-m", "ipykernel_launcher", "-f", conn,
-				"--HistoryManager.hist_file=:memory:"}
+				"--HistoryManager.hist_file=:memory:",
+				"--IPKernelApp.exec_files=" + filepath.Join(filepath.Dir(conn), pythonStartupFile)}
 		},
+		Files: map[string]string{pythonStartupFile: pythonStartup},
 		Env: []string{
 			"MPLBACKEND=module://matplotlib_inline.backend_inline",
 			"PYDEVD_DISABLE_FILE_VALIDATION=1",

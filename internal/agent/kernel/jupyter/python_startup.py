@@ -1,0 +1,299 @@
+# Kiln's IPython kernel startup (run with --IPKernelApp.exec_files).
+#
+# Registers two extra display formatters, so that rich results carry
+# structured data besides their pictures and HTML:
+#   e2b/data   a pandas DataFrame as {column: [values...]}
+#   e2b/chart  a matplotlib Figure as a chart description (type, title,
+#              axes, labels, units, ticks, scales and the plotted data)
+# Neither imports pandas or matplotlib: they are registered by name and
+# used only once the user's code has made such an object. Everything is
+# defined inside one function, so the user's namespace stays clean.
+
+
+def _kiln_startup():
+    import datetime
+    import math
+    import re
+    import sys
+
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    shell = get_ipython()
+    if shell is None:
+        return
+
+    def plain(v):
+        """v as a JSON-safe Python value."""
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+            return v.isoformat()
+        item = getattr(v, "item", None)  # numpy scalars
+        if callable(item):
+            try:
+                return plain(item())
+            except Exception:
+                pass
+        iso = getattr(v, "isoformat", None)  # pandas Timestamp
+        if callable(iso):
+            try:
+                return iso()
+            except Exception:
+                pass
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        try:
+            if v != v:  # NaN-like (pandas NaT, NA)
+                return None
+        except Exception:
+            pass
+        return str(v)
+
+    def dataframe(df):
+        return {str(col): [plain(x) for x in df[col].tolist()] for col in df.columns}
+
+    # Charts.
+
+    unit_re = re.compile(r"^(.*?)\s*[\(\[]([^\(\)\[\]]+)[\)\]]\s*$")
+
+    def unit(label):
+        m = unit_re.match(label or "")
+        return m.group(2).strip() if m else None
+
+    def text_or_none(s):
+        return s if s else None
+
+    def axis_kind(ax, which):
+        """The scale of an axis: linear, log, ..., datetime or categorical."""
+        axis = ax.xaxis if which == "x" else ax.yaxis
+        try:
+            import matplotlib.category as mcat
+            import matplotlib.dates as mdates
+
+            conv = axis.get_converter() if hasattr(axis, "get_converter") else axis.converter
+            if isinstance(conv, mdates.DateConverter) or isinstance(conv, getattr(mdates, "_SwitchableDateConverter", ())):
+                return "datetime"
+            if isinstance(conv, mcat.StrCategoryConverter):
+                return "categorical"
+        except Exception:
+            pass
+        return ax.get_xscale() if which == "x" else ax.get_yscale()
+
+    def value(ax, which, v, kind):
+        """A data coordinate as the chart shows it."""
+        if kind == "datetime":
+            import matplotlib.dates as mdates
+
+            try:
+                return mdates.num2date(v).isoformat()
+            except Exception:
+                return plain(v)
+        if kind == "categorical":
+            axis = ax.xaxis if which == "x" else ax.yaxis
+            try:
+                mapping = axis.units._mapping  # category -> position
+                for name, pos in mapping.items():
+                    if pos == v:
+                        return str(name)
+            except Exception:
+                pass
+        return plain(v)
+
+    def ticks(ax, which, kind):
+        if which == "x":
+            locs, labels = ax.get_xticks(), ax.get_xticklabels()
+        else:
+            locs, labels = ax.get_yticks(), ax.get_yticklabels()
+        return [value(ax, which, float(t), kind) for t in locs], [l.get_text() for l in labels]
+
+    def base(ax, kind):
+        return {"type": kind, "title": text_or_none(ax.get_title()), "elements": []}
+
+    def chart2d(ax, kind):
+        c = base(ax, kind)
+        xl, yl = ax.get_xlabel(), ax.get_ylabel()
+        c.update({"x_label": text_or_none(xl), "y_label": text_or_none(yl), "x_unit": unit(xl), "y_unit": unit(yl)})
+        return c
+
+    def with_axes(ax, c):
+        xk, yk = axis_kind(ax, "x"), axis_kind(ax, "y")
+        c["x_ticks"], c["x_tick_labels"] = ticks(ax, "x", xk)
+        c["y_ticks"], c["y_tick_labels"] = ticks(ax, "y", yk)
+        c["x_scale"], c["y_scale"] = xk, yk
+        return c, xk, yk
+
+    def user_label(artist, fallback):
+        label = artist.get_label() or ""
+        return fallback if label.startswith("_") else label
+
+    def line_chart(ax):
+        c, xk, yk = with_axes(ax, chart2d(ax, "line"))
+        for i, line in enumerate(ax.get_lines()):
+            xs, ys = line.get_xdata(orig=False), line.get_ydata(orig=False)
+            pts = [[value(ax, "x", float(x), xk), value(ax, "y", float(y), yk)] for x, y in zip(xs, ys)]
+            c["elements"].append({"label": user_label(line, "line %d" % i), "points": pts})
+        return c
+
+    def scatter_chart(ax, collections):
+        c, xk, yk = with_axes(ax, chart2d(ax, "scatter"))
+        for i, coll in enumerate(collections):
+            pts = [[value(ax, "x", float(x), xk), value(ax, "y", float(y), yk)] for x, y in coll.get_offsets()]
+            c["elements"].append({"label": user_label(coll, "scatter %d" % i), "points": pts})
+        return c
+
+    def tick_label_at(ax, which, pos):
+        locs = ax.get_xticks() if which == "x" else ax.get_yticks()
+        labels = ax.get_xticklabels() if which == "x" else ax.get_yticklabels()
+        best, dist = None, None
+        for loc, lab in zip(locs, labels):
+            d = abs(float(loc) - pos)
+            if dist is None or d < dist:
+                best, dist = lab.get_text(), d
+        return best if best else plain(pos)
+
+    def bar_chart(ax, containers):
+        c = chart2d(ax, "bar")
+        for i, cont in enumerate(containers):
+            group = user_label(cont, "group %d" % i)
+            horizontal = getattr(cont, "orientation", "vertical") == "horizontal"
+            for rect in cont:
+                if horizontal:
+                    label = tick_label_at(ax, "y", rect.get_y() + rect.get_height() / 2)
+                    v = rect.get_width()
+                else:
+                    label = tick_label_at(ax, "x", rect.get_x() + rect.get_width() / 2)
+                    v = rect.get_height()
+                c["elements"].append({"label": label, "group": group, "value": plain(float(v))})
+        return c
+
+    def pie_chart(ax, wedges):
+        c = base(ax, "pie")
+        for i, w in enumerate(wedges):
+            c["elements"].append({"label": user_label(w, "slice %d" % i),
+                                  "angle": plain(float(w.theta2 - w.theta1)), "radius": plain(float(w.r))})
+        return c
+
+    def box_chart(ax, boxes):
+        """A vertical box plot: each box is a closed 5-point outline (or a
+        patch), with whiskers, caps, a median and fliers at its centre."""
+        c = chart2d(ax, "box_and_whisker")
+        lines = ax.get_lines()
+        for left, right, q1, q3 in boxes:
+            mid = (left + right) / 2
+            near = lambda x: abs(x - mid) <= (right - left) / 2 + 1e-9
+            median, lo, hi, outliers = None, q1, q3, []
+            for line in lines:
+                xs = [float(x) for x in line.get_xdata(orig=False)]
+                ys = [float(y) for y in line.get_ydata(orig=False)]
+                if not xs or not all(near(x) for x in xs):
+                    continue
+                if line.get_linestyle() in ("None", "none", " ", ""):
+                    outliers += ys
+                elif len(xs) == 2 and xs[0] == xs[1]:  # a whisker
+                    lo, hi = min(lo, *ys), max(hi, *ys)
+                elif len(ys) == 2 and ys[0] == ys[1] and q1 < ys[0] < q3 and abs(xs[0] - xs[1]) >= (right - left) * 0.9:
+                    median = ys[0]
+            c["elements"].append({"label": tick_label_at(ax, "x", mid), "min": plain(lo), "first_quartile": plain(q1),
+                                  "median": plain(median if median is not None else (q1 + q3) / 2),
+                                  "third_quartile": plain(q3), "max": plain(hi), "outliers": [plain(o) for o in outliers]})
+        return c
+
+    def boxes_of(ax):
+        from matplotlib.patches import PathPatch
+
+        out = []
+        for line in ax.get_lines():
+            xs, ys = list(line.get_xdata(orig=False)), list(line.get_ydata(orig=False))
+            if len(xs) == 5 and xs[0] == xs[4] and ys[0] == ys[4] and len(set(xs)) == 2 and len(set(ys)) == 2:
+                out.append((float(min(xs)), float(max(xs)), float(min(ys)), float(max(ys))))
+        for p in ax.patches:
+            if isinstance(p, PathPatch):
+                v = p.get_path().vertices
+                xs, ys = set(float(x) for x in v[:, 0]), set(float(y) for y in v[:, 1])
+                if len(xs) == 2 and len(ys) == 2:
+                    out.append((min(xs), max(xs), min(ys), max(ys)))
+        return sorted(out)
+
+    def axes_chart(ax):
+        from matplotlib.collections import PathCollection
+        from matplotlib.container import BarContainer
+        from matplotlib.patches import Wedge
+
+        wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+        if wedges:
+            return pie_chart(ax, wedges)
+        bars = [b for b in ax.containers if isinstance(b, BarContainer)]
+        if bars:
+            return bar_chart(ax, bars)
+        boxes = boxes_of(ax)
+        if boxes:
+            return box_chart(ax, boxes)
+        points = [cl for cl in ax.collections if isinstance(cl, PathCollection)]
+        if points and not ax.get_lines():
+            return scatter_chart(ax, points)
+        if ax.get_lines():
+            return line_chart(ax)
+        if points:
+            return scatter_chart(ax, points)
+        return None
+
+    def figure(fig):
+        charts = []
+        for ax in fig.get_axes():
+            try:
+                ch = axes_chart(ax)
+            except Exception:
+                ch = None
+            if ch is None:
+                ch = {"type": "unknown", "title": text_or_none(ax.get_title()), "elements": []}
+            charts.append(ch)
+        if not any(ch["type"] != "unknown" or ch["title"] for ch in charts):
+            return {}  # a blank figure
+        if len(charts) == 1:
+            return charts[0]
+        title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else None
+        return {"type": "superchart", "title": text_or_none(title), "elements": charts}
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict,)
+
+    class ChartFormatter(BaseFormatter):
+        """Formats matplotlib figures. It recognises them itself rather
+        than by registration: matplotlib's inline backend drops every
+        formatter's Figure registration when pyplot is imported."""
+
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict,)
+
+        def __call__(self, obj):
+            mfig = sys.modules.get("matplotlib.figure")
+            if not self.enabled or mfig is None or not isinstance(obj, mfig.Figure):
+                return None
+            try:
+                return figure(obj)
+            except Exception:
+                return None
+
+    formatters = shell.display_formatter.formatters
+    data = DataFormatter(parent=shell.display_formatter)
+    data.for_type_by_name("pandas.core.frame", "DataFrame", dataframe)
+    formatters["e2b/data"] = data
+    formatters["e2b/chart"] = ChartFormatter(parent=shell.display_formatter)
+
+
+try:
+    _kiln_startup()
+except Exception:  # a kernel without IPython's display machinery
+    pass
+del _kiln_startup
