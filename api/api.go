@@ -121,6 +121,9 @@ type FileInfo struct {
 	Group         string    `json:"group,omitempty"`
 	ModTime       time.Time `json:"mod_time"`
 	SymlinkTarget string    `json:"symlink_target,omitempty"`
+	// Xattrs are extended attributes, when asked for by prefix, keyed by
+	// their names without it.
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
 
 // FileOp is what happened to a watched path.

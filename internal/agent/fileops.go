@@ -16,7 +16,12 @@ func (s *Server) stat(ctx context.Context, p wire.PathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.files.Stat(ctx, a.filesUser(), p.Path)
+	info, err := s.files.Stat(ctx, a.filesUser(), p.Path)
+	if err != nil || p.XattrPrefix == "" {
+		return info, err
+	}
+	info.Xattrs, err = s.files.Xattrs(ctx, a.filesUser(), info.Path, p.XattrPrefix)
+	return info, err
 }
 
 func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {
@@ -24,7 +29,7 @@ func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.files.List(ctx, a.filesUser(), p.Path, p.Depth)
+	return s.files.List(ctx, a.filesUser(), p.Path, p.Depth, p.XattrPrefix)
 }
 
 func (s *Server) mkdir(ctx context.Context, p wire.PathParams) (any, error) {
@@ -70,7 +75,8 @@ func (s *Server) write(ctx context.Context, st *channel.Stream, p wire.WritePara
 		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "mode has bits beyond 07777"}
 	}
 	r := &streamReader{ctx: ctx, st: st}
-	return s.files.Write(ctx, a.filesUser(), p.Path, files.WriteOptions{Mode: p.Mode, Append: p.Append}, r)
+	return s.files.Write(ctx, a.filesUser(), p.Path, files.WriteOptions{
+		Mode: p.Mode, Append: p.Append, InPlace: p.InPlace, XattrPrefix: p.XattrPrefix, Xattrs: p.Xattrs}, r)
 }
 
 func (s *Server) watch(ctx context.Context, st *channel.Stream, p wire.WatchParams) error {

@@ -43,11 +43,17 @@ func (s *Service) Stat(ctx context.Context, u User, path string) (api.FileInfo, 
 // the default, lists the directory's own entries). A symlink named by
 // path is followed; symlinks inside are listed, not followed. Entries of
 // each directory are sorted by name, each directory's entries following
-// the directory itself.
-func (s *Service) List(ctx context.Context, u User, path string, depth int) ([]api.FileInfo, error) {
+// the directory itself. With an xattrPrefix, each entry carries its
+// extended attributes under it (see Xattrs).
+func (s *Service) List(ctx context.Context, u User, path string, depth int, xattrPrefix string) ([]api.FileInfo, error) {
 	p, err := Resolve(u, path)
 	if err != nil {
 		return nil, err
+	}
+	if xattrPrefix != "" {
+		if err := checkXattrPrefix(xattrPrefix); err != nil {
+			return nil, err
+		}
 	}
 	depth = max(depth, 1)
 	out := []api.FileInfo{}
@@ -59,7 +65,15 @@ func (s *Service) List(ctx context.Context, u User, path string, depth int) ([]a
 		if !fi.IsDir() {
 			return apiErrorf(api.CodeInvalidArgument, "listing %s: not a directory", p)
 		}
-		return listDir(ctx, p, depth, loadNames(), &out)
+		if err := listDir(ctx, p, depth, loadNames(), &out); err != nil || xattrPrefix == "" {
+			return err
+		}
+		for i := range out {
+			if out[i].Xattrs, err = readXattrs(out[i].Path, xattrPrefix); err != nil && !ignorableXattrError(err) {
+				return err
+			}
+		}
+		return nil
 	})
 	if errors.Is(err, errTooMany) {
 		return nil, apiErrorf(api.CodeResourceExhausted, "listing %s: more than %d entries; list with a smaller depth", p, maxListEntries)

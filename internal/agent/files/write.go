@@ -19,6 +19,12 @@ const defaultMode = 0o644
 type WriteOptions struct {
 	Mode   uint32 // permission bits; 0: the replaced file's, or 0644
 	Append bool
+	// InPlace truncates and rewrites the file itself (no temporary file).
+	InPlace bool
+	// XattrPrefix, if set, replaces the file's extended attributes under
+	// it with Xattrs (names relative to the prefix).
+	XattrPrefix string
+	Xattrs      map[string]string
 }
 
 // Write writes the contents of r to path as the user, creating missing
@@ -28,12 +34,17 @@ type WriteOptions struct {
 // over path, so readers never see a half-written file and a failed write
 // (e.g. a full disk) leaves the old contents. Root keeps a replaced file's
 // owner. If the user may write the file but not its directory, it is
-// rewritten in place instead. Appending writes in place. A symlink at path
-// is followed, so its target is written.
+// rewritten in place instead. Appending, and InPlace, write in place. A
+// symlink at path is followed, so its target is written.
 func (s *Service) Write(ctx context.Context, u User, path string, o WriteOptions, r io.Reader) (api.FileInfo, error) {
 	p, err := Resolve(u, path)
 	if err != nil {
 		return api.FileInfo{}, err
+	}
+	if o.XattrPrefix != "" {
+		if err := checkXattrs(o.XattrPrefix, o.Xattrs); err != nil {
+			return api.FileInfo{}, err
+		}
 	}
 	var (
 		f      *os.File
@@ -55,6 +66,9 @@ func (s *Service) Write(ctx context.Context, u User, path string, o WriteOptions
 		return api.FileInfo{}, classify("writing", p, err)
 	}
 	_, err = io.Copy(f, ctxReader{ctx, r})
+	if err == nil && o.XattrPrefix != "" {
+		err = setXattrs(f, o.XattrPrefix, o.Xattrs)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -72,6 +86,9 @@ func (s *Service) Write(ctx context.Context, u User, path string, o WriteOptions
 		fi, err := os.Stat(target)
 		if err == nil {
 			info = fileInfo(p, fi, loadNames())
+			if o.XattrPrefix != "" && len(o.Xattrs) > 0 {
+				info.Xattrs = o.Xattrs
+			}
 		}
 		return err
 	})
@@ -96,8 +113,12 @@ func openForWrite(target string, o WriteOptions) (f *os.File, temp string, err e
 			mode = old.Mode().Perm()
 		}
 	}
-	if o.Append {
-		f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_APPEND, mode)
+	if o.Append || o.InPlace {
+		flag := os.O_APPEND
+		if !o.Append {
+			flag = os.O_TRUNC
+		}
+		f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE|flag, mode)
 		if err == nil && !exists {
 			err = f.Chmod(mode) // beat the umask
 		}

@@ -142,6 +142,10 @@ type ResizeParams struct {
 type PathParams struct {
 	Path string `json:"path"`
 	User string `json:"user,omitempty"`
+	// XattrPrefix, if set (it must start with "user."), adds the
+	// extended attributes whose names start with it to the result
+	// (api.FileInfo.Xattrs).
+	XattrPrefix string `json:"xattr_prefix,omitempty"`
 }
 
 // ListParams lists a directory to Depth levels (1 = its entries only).
@@ -149,6 +153,9 @@ type ListParams struct {
 	Path  string `json:"path"`
 	Depth int    `json:"depth,omitempty"`
 	User  string `json:"user,omitempty"`
+	// XattrPrefix adds extended attributes to each entry, as for
+	// PathParams.
+	XattrPrefix string `json:"xattr_prefix,omitempty"`
 }
 
 // MoveParams renames From to To, creating To's parents.
@@ -165,6 +172,15 @@ type WriteParams struct {
 	Mode uint32 `json:"mode,omitempty"` // permission bits; default 0644
 	// Append appends instead of replacing.
 	Append bool `json:"append,omitempty"`
+	// InPlace truncates and rewrites the file itself rather than writing
+	// a temporary file and renaming it over, so watchers see the file's
+	// own create and write events (a reader may see it half-written).
+	InPlace bool `json:"in_place,omitempty"`
+	// XattrPrefix, if set (it must start with "user."), replaces the
+	// file's extended attributes under it with Xattrs, whose names are
+	// relative to the prefix.
+	XattrPrefix string            `json:"xattr_prefix,omitempty"`
+	Xattrs      map[string]string `json:"xattrs,omitempty"`
 }
 
 // WatchParams watches a directory, and its subdirectories if Recursive.

@@ -14,6 +14,10 @@ import (
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
+// metadataXattrs is where envd keeps a file's metadata: extended
+// attributes user.e2b.<key>.
+const metadataXattrs = "user.e2b."
+
 // maxLinkHops bounds how many symlinks entry follows, as the kernel does.
 const maxLinkHops = 40
 
@@ -32,6 +36,7 @@ func (t *target) entry(ctx context.Context, user string, fi api.FileInfo) (*file
 		Owner:        fi.Owner,
 		Group:        fi.Group,
 		ModifiedTime: timestamppb.New(fi.ModTime),
+		Metadata:     fi.Xattrs,
 	}
 	if fi.Type != api.FileSymlink {
 		return e, nil

@@ -115,9 +115,10 @@ func acceptsGzip(header string) bool {
 
 // fileEntry is one written file in POST /files' answer.
 type fileEntry struct {
-	Path string `json:"path"`
-	Name string `json:"name"`
-	Type string `json:"type"`
+	Path     string            `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // upload answers POST /files: a multipart form whose "file" parts are
@@ -145,7 +146,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: unsupported Content-Encoding: %s", enc))
 		return
 	}
-	up := &uploader{t: t, user: user, path: q.Get("path"), hasPath: q.Has("path") && q.Get("path") != ""}
+	md, err := uploadMetadata(r.Header)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	up := &uploader{t: t, user: user, path: q.Get("path"), hasPath: q.Get("path") != "", metadata: md}
 	ctype := r.Header.Get("Content-Type")
 	media, _, _ := mime.ParseMediaType(ctype)
 	var status int
@@ -167,11 +173,12 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 
 // uploader writes the files of one upload.
 type uploader struct {
-	t       *target
-	user    string
-	path    string
-	hasPath bool
-	written []fileEntry
+	t        *target
+	user     string
+	path     string
+	hasPath  bool
+	metadata map[string]string
+	written  []fileEntry
 }
 
 func (u *uploader) raw(r *http.Request) (int, string) {
@@ -222,7 +229,10 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request, only the first specified file was uploaded", e.Path)
 		}
 	}
-	fi, err := u.t.agent.WriteFile(r.Context(), wire.WriteParams{Path: p, User: u.user}, body)
+	// In place, as envd writes, so watchers see the file's own events;
+	// the metadata replaces what the file had.
+	fi, err := u.t.agent.WriteFile(r.Context(), wire.WriteParams{Path: p, User: u.user, InPlace: true,
+		XattrPrefix: metadataXattrs, Xattrs: u.metadata}, body)
 	if err != nil {
 		return httpStatus(err)
 	}
@@ -231,8 +241,52 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", fi.Path)
 		}
 	}
-	u.written = append(u.written, fileEntry{Path: fi.Path, Name: path.Base(fi.Path), Type: "file"})
+	u.written = append(u.written, fileEntry{Path: fi.Path, Name: path.Base(fi.Path), Type: "file", Metadata: fi.Xattrs})
 	return http.StatusOK, ""
+}
+
+// Limits of a file's metadata, as envd's: what fits the extended
+// attribute names and values it is stored in.
+const (
+	maxMetadataKey   = 255 - len(metadataXattrs)
+	maxMetadataBytes = 4096
+)
+
+// uploadMetadata reads an upload's X-Metadata-<key>: <value> headers
+// (keys lower-cased), which become the file's metadata.
+func uploadMetadata(h http.Header) (map[string]string, error) {
+	var md map[string]string
+	total := 0
+	for name, vals := range h {
+		key, ok := strings.CutPrefix(strings.ToLower(name), "x-metadata-")
+		if !ok {
+			continue
+		}
+		val := strings.Join(vals, ", ")
+		switch {
+		case key == "" || !printable(key) || !printable(val):
+			return nil, fmt.Errorf("invalid metadata %q: keys and values must be printable ASCII", key)
+		case len(key) > maxMetadataKey:
+			return nil, fmt.Errorf("metadata key %q is longer than %d bytes", key, maxMetadataKey)
+		}
+		if total += len(key) + len(val); total > maxMetadataBytes {
+			return nil, fmt.Errorf("metadata is larger than %d bytes", maxMetadataBytes)
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = val
+	}
+	return md, nil
+}
+
+func printable(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // fileNameWithPath is a form part's file name with its directories, which

@@ -34,7 +34,7 @@ func (s filesystemService) Stat(ctx context.Context, req *connect.Request[filesy
 }
 
 func (t *target) stat(ctx context.Context, user, p string) (*filesystem.EntryInfo, error) {
-	fi, err := t.agent.Stat(ctx, wire.PathParams{Path: expandPath(p, t.sb), User: user})
+	fi, err := t.agent.Stat(ctx, wire.PathParams{Path: expandPath(p, t.sb), User: user, XattrPrefix: metadataXattrs})
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -60,7 +60,7 @@ func (s filesystemService) MakeDir(ctx context.Context, req *connect.Request[fil
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return nil, rpcError(err)
 	}
-	fi, err := t.agent.Mkdir(ctx, p)
+	fi, err := t.agent.Mkdir(ctx, wire.PathParams{Path: p.Path, User: user})
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -98,7 +98,7 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 		return nil, err
 	}
 	fis, err := t.agent.List(ctx, wire.ListParams{Path: expandPath(req.Msg.GetPath(), t.sb),
-		Depth: int(min(max(req.Msg.GetDepth(), 1), 1<<16)), User: user})
+		Depth: int(min(max(req.Msg.GetDepth(), 1), 1<<16)), User: user, XattrPrefix: metadataXattrs})
 	if err != nil {
 		return nil, rpcError(err)
 	}
