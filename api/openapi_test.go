@@ -36,6 +36,8 @@ var structSchemas = map[string]reflect.Type{
 	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
 	"ForkResponse":         reflect.TypeFor[api.ForkResponse](),
 	"Usage":                reflect.TypeFor[api.Usage](),
+	"Network":              reflect.TypeFor[api.Network](),
+	"NetworkUsage":         reflect.TypeFor[api.NetworkUsage](),
 	"PTYSize":              reflect.TypeFor[api.PTYSize](),
 	"CommandRequest":       reflect.TypeFor[api.CommandRequest](),
 	"CommandStarted":       reflect.TypeFor[api.CommandStarted](),

@@ -19,6 +19,8 @@ type Sandbox struct {
 	// AutoPause: paused instead of killed when its time is up, and resumed
 	// by the next call that uses it.
 	AutoPause bool `json:"auto_pause,omitempty"`
+	// Network is set in the answer to a create with network mode nat.
+	Network *Network `json:"network,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Zero fields take the template's
@@ -42,6 +44,8 @@ type CreateSandboxRequest struct {
 	// expires; the next command, file or code call (or a resume) resumes
 	// it, with its timeout starting over.
 	AutoPause bool `json:"auto_pause,omitempty"`
+	// Network: nil or an empty mode takes the server's default.
+	Network *Network `json:"network,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

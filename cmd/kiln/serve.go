@@ -41,6 +41,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&cfg.Server.Store, "store", cfg.Server.Store, `"sqlite" (DATA_DIR/kiln.db), "sqlite:/abs/path" or "postgres://…" (KILN_STORE)`)
 	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "default runtime: runsc or runc (KILN_RUNTIME)")
 	fs.DurationVar(&cfg.Server.ShutdownGrace, "shutdown-grace", cfg.Server.ShutdownGrace, "how long streams may run on after SIGTERM (KILN_SHUTDOWN_GRACE)")
+	fs.BoolVar(&cfg.Network.Enable, "network", cfg.Network.Enable, "set up sandbox networking: NAT, egress policy, exposed ports (KILN_NETWORK=on)")
+	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode, `network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT)`)
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -66,8 +68,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	nw, err := openNetwork(ctx, cfg, log.With("component", "network"))
+	if err != nil {
+		return err
+	}
+	if nw != nil {
+		defer nw.Close()
+	}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{
-		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st,
+		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st, Net: nw,
 	}, runtimes(ctx, cfg), log.With("component", "manager"))
 	if err != nil {
 		return err
@@ -87,8 +96,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ln.Close()
 		return err
 	}
+	mt := metrics.New(m)
+	if nw != nil {
+		mt.RegisterNetwork(m)
+	}
 	h := server.New(server.Options{
-		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: version,
+		Manager: m, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B: &e2b.Options{Secret: secret},
 	})
 	hs := &http.Server{

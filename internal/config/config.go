@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -31,8 +32,30 @@ type Config struct {
 	AgentPath       string // kiln-agent binary (KILN_AGENT); default next to kiln
 	Mirror          string // Debian mirror for template builds (KILN_MIRROR)
 
-	Limits Limits
-	Server Server
+	Limits  Limits
+	Server  Server
+	Network Network
+}
+
+// Network configures sandbox networking (internal/network, docs/networking.md).
+type Network struct {
+	// Enable sets up sandbox networking on this host (KILN_NETWORK=on):
+	// IP forwarding, an nftables table "kiln" and the Kiln DNS resolver.
+	// Off, every sandbox has loopback only.
+	Enable bool
+	// DefaultMode is the network of sandboxes whose create request and
+	// template do not choose one: "none" or "nat" (KILN_NETWORK_DEFAULT).
+	DefaultMode string
+	// Pool is the IPv4 range of the sandboxes' outer links, one /30 each
+	// (KILN_NETWORK_POOL, default 10.200.0.0/16); it must not overlap the
+	// host's networks.
+	Pool string
+	// DNS are the upstream resolvers, ip[:port] (KILN_NETWORK_DNS,
+	// space-separated; default the host's /etc/resolv.conf).
+	DNS []string
+	// HostNS runs the host side in a named network namespace instead of
+	// kiln's own (KILN_NETWORK_HOST_NS; tests and special setups).
+	HostNS string
 }
 
 // Server configures kiln serve.
@@ -141,6 +164,15 @@ func FromEnv() Config {
 	str(&c.Mirror, "KILN_MIRROR")
 	str(&c.Server.Listen, "KILN_LISTEN")
 	str(&c.Server.Store, "KILN_STORE")
+	if v := os.Getenv("KILN_NETWORK"); v != "" {
+		c.Network.Enable = v == "on" || v == "1" || v == "true"
+	}
+	str(&c.Network.DefaultMode, "KILN_NETWORK_DEFAULT")
+	str(&c.Network.Pool, "KILN_NETWORK_POOL")
+	str(&c.Network.HostNS, "KILN_NETWORK_HOST_NS")
+	if v := os.Getenv("KILN_NETWORK_DNS"); v != "" {
+		c.Network.DNS = strings.Fields(v)
+	}
 	// Malformed numbers are kept as invalid values for Validate to report.
 	if v := os.Getenv("KILN_MAX_SANDBOXES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -219,8 +251,33 @@ func (c *Config) Validate() error {
 	if l.MaxSnapshots < 0 || l.MaxSnapshotBytes < 0 {
 		errs = append(errs, errors.New("snapshot limits (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES) must be a count and a size such as 50G, or 0 for unlimited"))
 	}
-	errs = append(errs, c.Server.validate())
+	errs = append(errs, c.Server.validate(), c.Network.validate())
 	return errors.Join(errs...)
+}
+
+func (n Network) validate() error {
+	switch n.DefaultMode {
+	case "", "none":
+	case "nat":
+		if !n.Enable {
+			return errors.New("default network nat (KILN_NETWORK_DEFAULT) needs sandbox networking on (KILN_NETWORK=on)")
+		}
+	default:
+		return fmt.Errorf("default network %q (KILN_NETWORK_DEFAULT): want none or nat", n.DefaultMode)
+	}
+	if n.Pool != "" {
+		if p, err := netip.ParsePrefix(n.Pool); err != nil || !p.Addr().Is4() || p.Bits() > 29 {
+			return fmt.Errorf("network pool %q (KILN_NETWORK_POOL): want an IPv4 prefix of /29 or larger", n.Pool)
+		}
+	}
+	for _, d := range n.DNS {
+		if _, err := netip.ParseAddrPort(d); err != nil {
+			if _, err := netip.ParseAddr(d); err != nil {
+				return fmt.Errorf("DNS server %q (KILN_NETWORK_DNS): want ip or ip:port", d)
+			}
+		}
+	}
+	return nil
 }
 
 func (s Server) validate() error {

@@ -6,10 +6,10 @@
 // checkpoint restored into another sandbox's namespace needs no
 // renumbering.
 //
-//	 sandbox ns "kiln-<id>"          router ns "kiln-<id>-gw"           host ns
-//	 eth0 10.11.0.2/30  ── veth ──  in0 10.11.0.1/30
-//	                                up0 10.200.x.2/30  ── veth ──  kv<slot> 10.200.x.1/30 ── uplink
-//	                                nft: policy, NAT, DNS DNAT          nft: protected ranges, NAT
+//	sandbox ns "kiln-<id>"          router ns "kiln-<id>-gw"           host ns
+//	eth0 10.11.0.2/30  ── veth ──  in0 10.11.0.1/30
+//	                               up0 10.200.x.2/30  ── veth ──  kv<slot> 10.200.x.1/30 ── uplink
+//	                               nft: policy, NAT, DNS DNAT          nft: protected ranges, NAT
 //
 // The host side may itself be a network namespace (Config.HostNS): tests
 // put the whole thing in namespaces they make, with an "internet" of
@@ -18,6 +18,7 @@ package network
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,10 @@ type Config struct {
 type State struct {
 	Slot   int    `json:"slot"`
 	Policy Policy `json:"policy"`
+	// Public says the sandbox's exposed ports answer anyone; otherwise a
+	// request needs an API key or Token.
+	Public bool   `json:"public"`
+	Token  string `json:"token"` // traffic access token for exposed ports
 }
 
 // Network manages the networks of one host's sandboxes.
@@ -94,7 +99,9 @@ type endpoint struct {
 	policy  Policy
 	rules   rules
 	learned map[netip.Addr]learnt // allowed by DNS answers
-	pairs   []string                 // host set elements this sandbox added
+	pairs   []string              // host set elements this sandbox added
+	public  bool
+	token   string
 }
 
 // learnt is an address an allowed name resolved to.
@@ -172,7 +179,7 @@ func (n *Network) maxSlots() int { return 1 << (32 - n.cfg.Pool.Bits() - 2) }
 
 // Attach makes sandbox id's network with policy p: the sandbox and router
 // namespaces, their links, NAT and rules. On error nothing is left.
-func (n *Network) Attach(ctx context.Context, id string, p Policy) (_ State, err error) {
+func (n *Network) Attach(ctx context.Context, id string, p Policy, public bool) (_ State, err error) {
 	if err := p.Validate(); err != nil {
 		return State{}, err
 	}
@@ -201,7 +208,7 @@ func (n *Network) Attach(ctx context.Context, id string, p Policy) (_ State, err
 	if err := n.build(ctx, id, slot); err != nil {
 		return State{}, err
 	}
-	st := State{Slot: slot, Policy: p}
+	st := State{Slot: slot, Policy: p, Public: public, Token: rand.Text()}
 	if err := n.register(ctx, id, st); err != nil {
 		return State{}, err
 	}
@@ -253,7 +260,7 @@ func (n *Network) build(ctx context.Context, id string, slot int) error {
 
 // register installs a sandbox's rules and starts serving its DNS.
 func (n *Network) register(ctx context.Context, id string, st State) error {
-	ep := &endpoint{id: id, slot: st.Slot, learned: map[netip.Addr]learnt{}}
+	ep := &endpoint{id: id, slot: st.Slot, learned: map[netip.Addr]learnt{}, public: st.Public, token: st.Token}
 	_, router := n.slotAddrs(st.Slot)
 	if err := n.apply(ctx, ep, st.Policy); err != nil {
 		return err
@@ -319,8 +326,11 @@ func (n *Network) Detach(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
-// teardown removes the namespaces; the links go with them.
-func (n *Network) teardown(ctx context.Context, id string) error {
+func (n *Network) teardown(ctx context.Context, id string) error { return Remove(ctx, id) }
+
+// Remove removes sandbox id's namespaces, if any; their links go with
+// them (a host without a Network uses it to clean up after one).
+func Remove(ctx context.Context, id string) error {
 	var errs []error
 	for _, ns := range []string{routerNS(id), SandboxNS(id)} {
 		if err := delNS(ctx, ns); err != nil {
@@ -343,20 +353,31 @@ func (n *Network) endpoint(id string) (*endpoint, error) {
 	return ep, nil
 }
 
-// Policy returns sandbox id's current policy.
-func (n *Network) Policy(id string) (Policy, error) {
+// State returns sandbox id's network state.
+func (n *Network) State(id string) (State, error) {
 	ep, err := n.endpoint(id)
 	if err != nil {
-		return Policy{}, err
+		return State{}, err
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.policy, nil
+	return ep.state(), nil
 }
 
-// SetPolicy replaces a sandbox's policy; new connections and DNS queries
-// follow it at once (established connections keep flowing).
-func (n *Network) SetPolicy(ctx context.Context, id string, p Policy) (State, error) {
+func (ep *endpoint) state() State {
+	return State{Slot: ep.slot, Policy: ep.policy, Public: ep.public, Token: ep.token}
+}
+
+// Has reports whether sandbox id has a network.
+func (n *Network) Has(id string) bool {
+	_, err := n.endpoint(id)
+	return err == nil
+}
+
+// SetPolicy replaces a sandbox's policy and whether its ports are public;
+// new connections and DNS queries follow it at once (established
+// connections keep flowing).
+func (n *Network) SetPolicy(ctx context.Context, id string, p Policy, public bool) (State, error) {
 	if err := p.Validate(); err != nil {
 		return State{}, err
 	}
@@ -367,7 +388,10 @@ func (n *Network) SetPolicy(ctx context.Context, id string, p Policy) (State, er
 	if err := n.apply(ctx, ep, p); err != nil {
 		return State{}, err
 	}
-	return State{Slot: ep.slot, Policy: p}, nil
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.public = public
+	return ep.state(), nil
 }
 
 // Dial connects to port on sandbox id's address, from the host side.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,30 +14,8 @@ import (
 	"github.com/kiln-sh/kiln/internal/network/nettest"
 )
 
-var (
-	allowedSite = netip.MustParseAddr("198.51.100.10")
-	deniedSite  = netip.MustParseAddr("198.51.100.20")
-	cidrSite    = netip.MustParseAddr("203.0.113.5")
-)
-
-// world is a test world with three sites, a host service and a metadata
-// service, and a Network on its host.
-func world(t *testing.T) (*nettest.World, *network.Network) {
-	w := nettest.New(t)
-	w.AddSite(t, allowedSite, "allowed", "allowed.test")
-	w.AddSite(t, deniedSite, "denied", "denied.test", "www.denied.test")
-	w.AddSite(t, cidrSite, "cidr", "cidr.test")
-	w.AddSite(t, nettest.MetadataAddr, "metadata")
-	// A service on the host, on every address (like the Kiln API on 0.0.0.0).
-	w.ServeHTTP(t, w.Host, "0.0.0.0:8420", "host service")
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	n, err := network.New(context.Background(), w.Config(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return w, n
-}
+// world is a Standard test world and its Network.
+func world(t *testing.T) (*nettest.World, *network.Network) { return nettest.Standard(t) }
 
 func newID() string {
 	b := make([]byte, 8)
@@ -50,7 +26,7 @@ func newID() string {
 func attach(t *testing.T, n *network.Network, p network.Policy) string {
 	t.Helper()
 	id := newID()
-	if _, err := n.Attach(context.Background(), id, p); err != nil {
+	if _, err := n.Attach(context.Background(), id, p, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -114,7 +90,7 @@ func TestPolicy(t *testing.T) {
 			{"link-local metadata", "http://169.254.169.254/", ""},
 			{"neighbour sandbox", "http://" + bAddr.String() + ":8080/", ""},
 		})
-		if got, err := lookup(ctx, ns, "allowed.test"); err != nil || len(got) != 1 || got[0] != allowedSite {
+		if got, err := lookup(ctx, ns, "allowed.test"); err != nil || len(got) != 1 || got[0] != nettest.AllowedSite {
 			t.Errorf("lookup allowed.test = %v, %v", got, err)
 		}
 		for _, name := range []string{"denied.test", "www.denied.test"} {
@@ -132,7 +108,7 @@ func TestPolicy(t *testing.T) {
 	})
 	t.Run("changed live", func(t *testing.T) {
 		if _, err := n.SetPolicy(ctx, a, network.Policy{Egress: network.EgressDeny,
-			Allow: []string{"allowed.test", "169.254.169.254"}}); err != nil {
+			Allow: []string{"allowed.test", "169.254.169.254"}}, false); err != nil {
 			t.Fatal(err)
 		}
 		runChecks(t, ns, []check{

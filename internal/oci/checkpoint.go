@@ -72,7 +72,7 @@ func (c *CLI) Restore(ctx context.Context, id string, b *Bundle, imageDir string
 	defer logf.Close()
 	start, _ := logf.Seek(0, 2)
 
-	args := append(c.args("--log="+logPath, "restore", "--detach", "--bundle="+b.Dir, "--image-path="+imageDir), id)
+	args := append(c.args(c.networkFlag(b)...), "--log="+logPath, "restore", "--detach", "--bundle="+b.Dir, "--image-path="+imageDir, id)
 	cmd := exec.CommandContext(ctx, c.binary, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = io.Stdin, io.Stdout, io.Stderr
 	if io.Stdin == nil {

@@ -11,8 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -37,15 +40,19 @@ type CLI struct {
 	binary string
 	root   string
 	flags  []string // global flags, before the subcommand
+
+	// netFlags remembers runsc's --network per container from Create to
+	// Start: runsc sets the network up at start, with start's flags.
+	netFlags sync.Map // id → []string
 }
 
 // Runsc returns gVisor's runsc. Sandboxes get no network but loopback
-// (--network=none, which overrides any --network in c.Flags). c.Flags
-// should carry RunscFlags' choices (platform, overlay).
+// (--network=none, which overrides any --network in c.Flags) unless their
+// spec names a network namespace to join: then gVisor's netstack runs
+// over that namespace's interfaces (--network=sandbox). c.Flags should
+// carry RunscFlags' choices (platform, overlay).
 func Runsc(c Config) *CLI {
-	flags := append([]string(nil), c.Flags...)
-	flags = append(flags, "--network=none")
-	return newCLI("runsc", c, flags)
+	return newCLI("runsc", c, append([]string(nil), c.Flags...))
 }
 
 // Runc returns runc (namespaces, cgroups and seccomp on the host kernel).
@@ -90,7 +97,7 @@ func (c *CLI) Create(ctx context.Context, id string, b *Bundle, io IO) (err erro
 	defer logf.Close()
 	start, _ := logf.Seek(0, 2)
 
-	args := append(c.args("--log="+logPath, "create", "--bundle="+b.Dir), id)
+	args := append(c.args(c.networkFlag(b)...), "--log="+logPath, "create", "--bundle="+b.Dir, id)
 	cmd := exec.CommandContext(ctx, c.binary, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = io.Stdin, io.Stdout, io.Stderr
 	if io.Stdin == nil {
@@ -114,12 +121,21 @@ func (c *CLI) Create(ctx context.Context, id string, b *Bundle, io IO) (err erro
 		}
 		return fmt.Errorf("%s create %s: %w: %s", c.name, id, err, msg)
 	}
+	c.netFlags.Store(id, c.networkFlag(b))
 	return nil
 }
 
 // Start runs the created container's process.
 func (c *CLI) Start(ctx context.Context, id string) error {
-	_, err := c.run(ctx, id, "start", id)
+	args := []string{"start", id}
+	if f, ok := c.netFlags.LoadAndDelete(id); ok {
+		args = append(f.([]string), args...)
+	} else if st, err := c.State(ctx, id); err == nil {
+		if b, err := ReadBundle(st.Bundle); err == nil {
+			args = append(c.networkFlag(b), args...)
+		}
+	}
+	_, err := c.run(ctx, id, args...)
 	return err
 }
 
@@ -207,6 +223,21 @@ func (c *CLI) Delete(ctx context.Context, id string, force bool) error {
 		}
 	}
 	return nil
+}
+
+// networkFlag is runsc's --network for a bundle (see Runsc).
+func (c *CLI) networkFlag(b *Bundle) []string {
+	if c.name != "runsc" {
+		return nil
+	}
+	if b.Spec != nil && b.Spec.Linux != nil {
+		for _, ns := range b.Spec.Linux.Namespaces {
+			if ns.Type == specs.NetworkNamespace && ns.Path != "" {
+				return []string{"--network=sandbox"}
+			}
+		}
+	}
+	return []string{"--network=none"}
 }
 
 func (c *CLI) args(extra ...string) []string {

@@ -40,6 +40,10 @@ type SpecOptions struct {
 	// internal/sandbox); it must be inside the container's own cgroup.
 	PidsCgroup     string
 	ReadonlyRootfs bool
+	// NetNS is the path of an existing network namespace to join (the
+	// sandbox's own, made by internal/network); "" makes a new one with
+	// loopback only. runsc uses its interfaces (--network=sandbox).
+	NetNS string
 }
 
 // defaultCaps is Docker's default capability set: no SYS_ADMIN (mount),
@@ -89,7 +93,7 @@ func NewSpec(o SpecOptions) *specs.Spec {
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace},
 				{Type: specs.UTSNamespace}, {Type: specs.MountNamespace},
-				{Type: specs.NetworkNamespace},
+				{Type: specs.NetworkNamespace, Path: o.NetNS},
 			},
 			MaskedPaths: []string{
 				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",

@@ -66,7 +66,9 @@ func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
 	dir := filepath.Join(m.cfg.StateDir, rec.ID.String())
 	rt := m.runtimes[rec.Runtime]
 	var err error
-	if rec.State == StatePaused {
+	if err = m.adoptNetwork(ctx, rec.ID, dir); err != nil {
+		err = fmt.Errorf("its network: %w", err)
+	} else if rec.State == StatePaused {
 		err = m.adoptPaused(ctx, rec, rt, dir)
 	} else {
 		err = m.reconnect(ctx, rec, rt, dir)
@@ -140,6 +142,9 @@ func (m *Manager) cleanup(ctx context.Context, id ID, rt oci.Runtime) {
 		for _, r := range m.runtimes {
 			_ = deleteContainer(cctx, r, id, filepath.Join(m.cfg.StateDir, id.String()), nil)
 		}
+	}
+	if err := m.detachNetwork(cctx, id); err != nil {
+		m.log.Error("removing network of dead sandbox", "sandbox_id", id, "err", err)
 	}
 	dir := filepath.Join(m.cfg.StateDir, id.String())
 	if err := rootfs.Unmount(cctx, filepath.Join(dir, layerDir)); err != nil {

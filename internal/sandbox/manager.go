@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/network"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -56,6 +57,9 @@ type Config struct {
 	Store Store
 	// Node names this host in records (default: the hostname).
 	Node string
+	// Net gives sandboxes of network mode nat their network; nil: only
+	// mode none is available.
+	Net *network.Network
 }
 
 // Manager creates, tracks and destroys the sandboxes of one host.
@@ -185,6 +189,10 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	maps.Copy(env, opts.Env)
 
+	if _, err := m.networkMode(opts.Network); err != nil {
+		return Sandbox{}, err
+	}
+
 	id := NewID()
 	now := time.Now().UTC()
 	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
@@ -224,6 +232,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
+	if err := m.attachNetwork(ctx, b, opts.Network, &undo); err != nil {
+		return Sandbox{}, err
+	}
 	t0 := time.Now()
 	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
 	if err != nil {
@@ -248,6 +259,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		CgroupsPath: cgroupsPath(id),
 		AgentDir:    m.agentDir,
 		PidsCgroup:  pidsCgroup,
+		NetNS:       m.netNS(id),
 	})}
 	if err := bundle.Write(); err != nil {
 		return Sandbox{}, err
@@ -277,6 +289,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
 	}
 	undo = append(undo, func(context.Context) error { return conn.Close() })
+	if err := m.configureDNS(ctx, id, conn); err != nil {
+		return Sandbox{}, err
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -517,7 +532,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 	if rt != nil {
 		errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.pids))
 	}
-	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
+	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, id))
 	if err := errors.Join(errs...); err != nil {
 		_ = m.transition(ctx, b, StateFailed, "destroying: "+err.Error())
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)

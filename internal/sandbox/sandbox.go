@@ -64,6 +64,8 @@ type CreateOptions struct {
 	// expires (runsc: checkpoint; runc: freeze); a resume (explicit, or
 	// any data-plane call through the API) brings it back.
 	AutoPause bool
+	// Network: nil or a zero Mode takes the server's default.
+	Network *NetworkOptions
 }
 
 // Quota bounds what one owner may hold at once; zero fields are unlimited.

@@ -21,6 +21,9 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	eo.Authenticate = s.e2bCaller
 	eo.Problem = s.e2bProblem
 	eo.Annotate = func(r *http.Request, id string) { info(r.Context()).sandboxID = id }
+	if eo.PortProxy == nil {
+		eo.PortProxy = s.portProxy().ServePort
+	}
 	h := e2b.New(eo)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e2b.Routed(r) {

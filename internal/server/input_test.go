@@ -141,6 +141,9 @@ func TestRoutes(t *testing.T) {
 		"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/timeout", "GET /v1/sandboxes/{id}/usage",
 		"POST /v1/sandboxes/{id}/pause", "POST /v1/sandboxes/{id}/resume",
 		"POST /v1/sandboxes/{id}/fork",
+		"GET /v1/sandboxes/{id}/network",
+		"PUT /v1/sandboxes/{id}/network",
+		"GET /v1/sandboxes/{id}/network/usage",
 		"POST /v1/sandboxes/{id}/commands", "GET /v1/sandboxes/{id}/commands",
 		"GET /v1/sandboxes/{id}/commands/{pid}/events", "POST /v1/sandboxes/{id}/commands/{pid}/stdin",
 		"POST /v1/sandboxes/{id}/commands/{pid}/signal", "POST /v1/sandboxes/{id}/commands/{pid}/resize",
@@ -156,7 +159,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 39 {
+	if len(routes) != 42 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

@@ -30,7 +30,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("creating sandbox: %w", err)
 	}
 	info(r.Context()).sandboxID = sb.ID.String()
-	return writeJSON(w, http.StatusCreated, toAPI(sb))
+	out := toAPI(sb)
+	if n, err := s.m.Network(sb.ID); err == nil && n.Mode == sandbox.NetworkNAT {
+		out.Network = toAPINetwork(n)
+	}
+	return writeJSON(w, http.StatusCreated, out)
 }
 
 // quota is what key k may hold at once: its own limits or the server's
@@ -64,6 +68,7 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 		Env:    req.Env, Metadata: req.Metadata,
 		Timeout: time.Duration(req.Timeout) * time.Second,
 		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause,
+		Network: createNetwork(req.Network),
 	}, nil
 }
 

@@ -118,6 +118,9 @@ func (s *Server) register() {
 	s.route("POST /v1/sandboxes/{id}/pause", s.pauseSandbox, 0)
 	s.route("POST /v1/sandboxes/{id}/resume", s.resumeSandbox, 0)
 	s.route("POST /v1/sandboxes/{id}/fork", s.forkSandbox, 0)
+	s.route("GET /v1/sandboxes/{id}/network", s.getNetwork, 0)
+	s.route("PUT /v1/sandboxes/{id}/network", s.setNetwork, 0)
+	s.route("GET /v1/sandboxes/{id}/network/usage", s.networkUsage, 0)
 
 	s.route("POST /v1/sandboxes/{id}/commands", s.runCommand, 0)
 	s.route("GET /v1/sandboxes/{id}/commands", s.listCommands, 0)

@@ -11,9 +11,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -203,4 +205,35 @@ func Get(ctx context.Context, ns, url string) (string, error) {
 		return string(b), fmt.Errorf("status %s", resp.Status)
 	}
 	return string(b), err
+}
+
+// Sites of Standard worlds.
+var (
+	AllowedSite = netip.MustParseAddr("198.51.100.10") // allowed.test, answers "allowed"
+	DeniedSite  = netip.MustParseAddr("198.51.100.20") // denied.test and www.denied.test, "denied"
+	CIDRSite    = netip.MustParseAddr("203.0.113.5")   // cidr.test, "cidr"
+)
+
+// HostServiceAddr is where Standard worlds serve "host service" in the
+// host namespace, on every address (as the Kiln API might listen).
+const HostServiceAddr = "0.0.0.0:8420"
+
+// Standard is a world with three sites, the metadata service (answers
+// "metadata") and a host service, and a Network on its host, closed when
+// the test ends.
+func Standard(t testing.TB) (*World, *network.Network) {
+	t.Helper()
+	w := New(t)
+	w.AddSite(t, AllowedSite, "allowed", "allowed.test")
+	w.AddSite(t, DeniedSite, "denied", "denied.test", "www.denied.test")
+	w.AddSite(t, CIDRSite, "cidr", "cidr.test")
+	w.AddSite(t, MetadataAddr, "metadata")
+	w.ServeHTTP(t, w.Host, HostServiceAddr, "host service")
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n, err := network.New(context.Background(), w.Config(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return w, n
 }

@@ -1,0 +1,240 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/network"
+)
+
+// Network modes of a sandbox.
+const (
+	// NetworkNone: loopback only.
+	NetworkNone = "none"
+	// NetworkNAT: its own address behind NAT, egress policy, DNS through
+	// Kiln, exposed ports (internal/network).
+	NetworkNAT = "nat"
+)
+
+// networkFile keeps a sandbox's network state in its dir, for adopt.
+const networkFile = "network.json"
+
+// NetworkOptions ask for a sandbox's network.
+type NetworkOptions struct {
+	// Mode is NetworkNone or NetworkNAT; "" takes the server's default.
+	Mode   string
+	Policy network.Policy
+	// Public lets anyone reach the sandbox's exposed ports; otherwise a
+	// request needs an API key of the owner or the traffic token.
+	Public bool
+}
+
+// NetworkInfo is a sandbox's network as the API shows it.
+type NetworkInfo struct {
+	Mode    string         `json:"mode"`
+	Address string         `json:"address,omitempty"` // the sandbox's own (inside) address
+	Policy  network.Policy `json:"policy"`
+	Public  bool           `json:"public"`
+	Token   string         `json:"token,omitempty"` // traffic access token
+}
+
+// networkMode resolves a requested mode against the server's default and
+// checks it can be served.
+func (m *Manager) networkMode(o *NetworkOptions) (string, error) {
+	mode := ""
+	if o != nil {
+		mode = o.Mode
+	}
+	if mode == "" {
+		mode = m.cfg.Network.DefaultMode
+	}
+	switch mode {
+	case "", NetworkNone:
+		return NetworkNone, nil
+	case NetworkNAT:
+		if m.cfg.Net == nil {
+			return "", fmt.Errorf("network mode nat: this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
+		}
+		if o != nil {
+			if err := o.Policy.Validate(); err != nil {
+				return "", err
+			}
+		}
+		return NetworkNAT, nil
+	default:
+		return "", fmt.Errorf("network mode %q: want none or nat: %w", mode, errdefs.ErrInvalidArgument)
+	}
+}
+
+// attachNetwork gives sandbox b a network if o asks for one (after the
+// defaults), records it in b's dir and pushes its undo step.
+func (m *Manager) attachNetwork(ctx context.Context, b *box, o *NetworkOptions, undo *[]func(context.Context) error) error {
+	mode, err := m.networkMode(o)
+	if err != nil || mode != NetworkNAT {
+		return err
+	}
+	var p network.Policy
+	public := false
+	if o != nil {
+		p, public = o.Policy, o.Public
+	}
+	id := b.rec.ID.String()
+	st, err := m.cfg.Net.Attach(ctx, id, p, public)
+	if err != nil {
+		return fmt.Errorf("making sandbox network: %w", err)
+	}
+	*undo = append(*undo, func(ctx context.Context) error { return m.cfg.Net.Detach(ctx, id) })
+	return saveNetwork(b.dir, st)
+}
+
+// netNS is the network namespace path a sandbox's spec joins, or "".
+func (m *Manager) netNS(id ID) string {
+	if m.cfg.Net == nil || !m.cfg.Net.Has(id.String()) {
+		return ""
+	}
+	return network.NSPath(network.SandboxNS(id.String()))
+}
+
+// configureDNS points a networked sandbox's resolver at its gateway.
+func (m *Manager) configureDNS(ctx context.Context, id ID, conn *channel.Conn) error {
+	if m.netNS(id) == "" {
+		return nil
+	}
+	a := &Agent{conn: conn}
+	if _, err := a.WriteFile(ctx, wire.WriteParams{Path: "/etc/resolv.conf", User: "root"},
+		strings.NewReader(network.ResolvConf)); err != nil {
+		return fmt.Errorf("writing resolv.conf: %w", err)
+	}
+	return nil
+}
+
+// detachNetwork removes a sandbox's network, if it has one (also when
+// this server runs without networking but an earlier one made it).
+func (m *Manager) detachNetwork(ctx context.Context, id ID) error {
+	if m.cfg.Net == nil {
+		return network.Remove(ctx, id.String())
+	}
+	return m.cfg.Net.Detach(ctx, id.String())
+}
+
+// adoptNetwork takes over the network of a re-adopted sandbox, if its dir
+// says it has one.
+func (m *Manager) adoptNetwork(ctx context.Context, id ID, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, networkFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading network state: %w", err)
+	}
+	var st network.State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("decoding network state: %w", err)
+	}
+	if m.cfg.Net == nil {
+		return errors.New("it has a network and this server has no sandbox networking")
+	}
+	return m.cfg.Net.Adopt(ctx, id.String(), st)
+}
+
+func saveNetwork(dir string, st network.State) error {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+networkFile+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("saving network state: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, networkFile))
+}
+
+// Network returns a sandbox's network settings.
+func (m *Manager) Network(id ID) (NetworkInfo, error) {
+	if _, err := m.box(id); err != nil {
+		return NetworkInfo{}, err
+	}
+	if m.netNS(id) == "" {
+		return NetworkInfo{Mode: NetworkNone}, nil
+	}
+	st, err := m.cfg.Net.State(id.String())
+	if err != nil {
+		return NetworkInfo{}, err
+	}
+	return NetworkInfo{Mode: NetworkNAT, Address: network.SandboxAddr.String(), Policy: st.Policy,
+		Public: st.Public, Token: st.Token}, nil
+}
+
+// SetNetwork changes a live sandbox's egress policy, limits and whether
+// its ports are public. The mode cannot change.
+func (m *Manager) SetNetwork(ctx context.Context, id ID, o NetworkOptions) (NetworkInfo, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return NetworkInfo{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StateRunning && b.rec.State != StatePaused {
+		return NetworkInfo{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	if m.netNS(id) == "" {
+		return NetworkInfo{}, fmt.Errorf("sandbox %s has no network (mode none); its mode cannot change: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if o.Mode != "" && o.Mode != NetworkNAT {
+		return NetworkInfo{}, fmt.Errorf("network mode cannot change on a live sandbox: %w", errdefs.ErrInvalidArgument)
+	}
+	st, err := m.cfg.Net.SetPolicy(ctx, id.String(), o.Policy, o.Public)
+	if err != nil {
+		return NetworkInfo{}, err
+	}
+	if err := saveNetwork(b.dir, st); err != nil {
+		return NetworkInfo{}, err
+	}
+	m.log.Info("sandbox network changed", "sandbox_id", id, "egress", st.Policy.Egress,
+		"allow", len(st.Policy.Allow), "deny", len(st.Policy.Deny), "public", st.Public)
+	return NetworkInfo{Mode: NetworkNAT, Address: network.SandboxAddr.String(), Policy: st.Policy,
+		Public: st.Public, Token: st.Token}, nil
+}
+
+// DialPort connects to a port a process in a running sandbox listens on
+// (on its network address: 0.0.0.0 or the sandbox's address).
+func (m *Manager) DialPort(ctx context.Context, id ID, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: %w", port, errdefs.ErrInvalidArgument)
+	}
+	b, err := m.box(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	state := b.rec.State
+	b.mu.Unlock()
+	if state != StateRunning {
+		return nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrUnavailable)
+	}
+	if m.netNS(id) == "" {
+		return nil, fmt.Errorf("sandbox %s has no network (mode none): %w", id, errdefs.ErrFailedPrecondition)
+	}
+	c, err := m.cfg.Net.Dial(ctx, id.String(), port)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to port %d of sandbox %s: %w", port, id, errdefs.ErrUnavailable)
+	}
+	return c, nil
+}
+
+// NetworkStats returns a networked sandbox's traffic counters.
+func (m *Manager) NetworkStats(ctx context.Context, id ID) (network.Stats, error) {
+	if m.netNS(id) == "" {
+		return network.Stats{}, fmt.Errorf("sandbox %s has no network: %w", id, errdefs.ErrNotFound)
+	}
+	return m.cfg.Net.Stats(ctx, id.String())
+}

@@ -1,0 +1,173 @@
+package sandbox_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/network"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
+)
+
+// probe tries each target from inside a sandbox and prints one JSON
+// object: target → response body, or "blocked" / "unresolved".
+const probe = `
+import json, socket, sys, urllib.request
+out = {}
+for t in sys.argv[1:]:
+    if t.startswith("dns:"):
+        try:
+            out[t] = socket.gethostbyname(t[4:])
+        except OSError:
+            out[t] = "unresolved"
+        continue
+    try:
+        out[t] = urllib.request.urlopen(t, timeout=4).read().decode()
+    except Exception as e:
+        out[t] = "blocked"
+print(json.dumps(out))
+`
+
+// netWorld is a Standard test world and a Manager using its Network.
+func netWorld(t *testing.T) (*nettest.World, *network.Network, *sandbox.Manager) {
+	t.Helper()
+	w, n := nettest.Standard(t)
+	cfg := sandboxtest.Config(t, agentPath)
+	cfg.Net = n
+	return w, n, sandboxtest.NewManager(t, cfg)
+}
+
+func probeFrom(t *testing.T, b *sandboxtest.Box, targets ...string) map[string]string {
+	t.Helper()
+	r := b.Exec(wire.ExecParams{Args: append([]string{"python3", "-c", probe}, targets...), TimeoutMs: 120_000})
+	var out map[string]string
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("probe output %q (stderr %q): %v", r.Stdout, r.Stderr, err)
+	}
+	return out
+}
+
+func expect(t *testing.T, got map[string]string, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+// serveInSandbox starts python's http.server on port in b, in the
+// background, and waits until the host can connect to it.
+func serveInSandbox(t *testing.T, m *sandbox.Manager, b *sandboxtest.Box, port int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	b.Sh("mkdir -p /tmp/www && echo hello from " + b.SB.ID.String() + " > /tmp/www/index.html")
+	go b.Agent.Exec(ctx, wire.ExecParams{Args: []string{"python3", "-m", "http.server", fmt.Sprint(port), "--directory", "/tmp/www"}},
+		func(api.Event) error { return nil })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c, err := m.DialPort(ctx, b.SB.ID, port)
+		if err == nil {
+			// The router accepts for the sandbox; a closed port resets.
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			fmt.Fprintf(c, "HEAD / HTTP/1.0\r\n\r\n")
+			line, err := bufio.NewReader(c).ReadString('\n')
+			c.Close()
+			if err == nil && strings.HasPrefix(line, "HTTP/") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("http.server in sandbox never answered on port %d: %v", port, err)
+		}
+	}
+}
+
+func TestSandboxNetwork(t *testing.T) {
+	_, n, m := netWorld(t)
+	// The host's own loopback service (like the Kiln API on 127.0.0.1).
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.Close() })
+	go http.Serve(api, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "kiln api") }))
+	apiURL := "http://" + api.Addr().String() + "/"
+
+	sandboxtest.ForEachRuntime(t, func(t *testing.T, rt string) {
+		nat := func(p network.Policy) sandbox.CreateOptions {
+			return sandbox.CreateOptions{Runtime: rt, Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT, Policy: p}}
+		}
+		a := sandboxtest.Create(t, m, nat(network.Policy{Deny: []string{"denied.test", "203.0.113.0/24"}}))
+		neighbour := sandboxtest.Create(t, m, nat(network.Policy{}))
+		serveInSandbox(t, m, neighbour, 8080)
+		nAddr, err := n.Addr(neighbour.SB.ID.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		neighbourURL := "http://" + nAddr.String() + ":8080/"
+
+		got := probeFrom(t, a, "http://198.51.100.10/", "http://allowed.test/", "dns:denied.test",
+			"http://198.51.100.20/", "http://203.0.113.5/", "http://192.0.2.1:8420/", apiURL,
+			"http://169.254.169.254/", neighbourURL)
+		expect(t, got, map[string]string{
+			"http://198.51.100.10/":   "allowed",
+			"http://allowed.test/":    "allowed",
+			"dns:denied.test":         "unresolved",
+			"http://198.51.100.20/":   "blocked", // a denied name's address, used raw
+			"http://203.0.113.5/":     "blocked", // denied CIDR
+			"http://192.0.2.1:8420/":  "blocked", // the host
+			apiURL:                    "blocked", // the host's loopback (the sandbox's own loopback has nothing there)
+			"http://169.254.169.254/": "blocked", // link-local metadata
+			neighbourURL:              "blocked", // another sandbox
+		})
+
+		// Live change: deny everything but one name and the metadata address.
+		if _, err := m.SetNetwork(context.Background(), a.SB.ID, sandbox.NetworkOptions{
+			Policy: network.Policy{Egress: network.EgressDeny, Allow: []string{"allowed.test", "169.254.169.254/32"}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		got = probeFrom(t, a, "http://allowed.test/", "http://198.51.100.20/", "dns:cidr.test", "http://169.254.169.254/")
+		expect(t, got, map[string]string{
+			"http://allowed.test/":    "allowed",
+			"http://198.51.100.20/":   "blocked",
+			"dns:cidr.test":           "unresolved",
+			"http://169.254.169.254/": "metadata",
+		})
+		if info, err := m.Network(a.SB.ID); err != nil || info.Policy.Egress != network.EgressDeny || info.Token == "" {
+			t.Errorf("Network = %+v, %v", info, err)
+		}
+	})
+}
+
+// TestSandboxNetworkNone: the default (network none) still has loopback
+// only, and asking for nat without a Network is refused.
+func TestSandboxNetworkNone(t *testing.T) {
+	cfg := sandboxtest.Config(t, agentPath)
+	m := sandboxtest.NewManager(t, cfg)
+	b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: "runc"})
+	r := b.Sh("cat /sys/class/net/*/operstate 2>/dev/null | wc -l; ls /sys/class/net")
+	if strings.Contains(r.Stdout, "eth0") {
+		t.Errorf("sandbox without network has interfaces: %q", r.Stdout)
+	}
+	if info, err := m.Network(b.SB.ID); err != nil || info.Mode != sandbox.NetworkNone {
+		t.Errorf("Network = %+v, %v; want mode none", info, err)
+	}
+	_, err := m.Create(context.Background(), sandbox.CreateOptions{Runtime: "runc",
+		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT}})
+	if err == nil || !strings.Contains(err.Error(), "no sandbox networking") {
+		t.Errorf("create with nat on a server without networking: %v", err)
+	}
+}
