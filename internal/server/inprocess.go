@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -38,8 +39,12 @@ func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &pipeWriter{header: http.Header{}, body: pw, ready: make(chan struct{})}
 	go func() {
 		defer func() {
-			if v := recover(); v != nil && v != http.ErrAbortHandler {
-				pw.CloseWithError(io.ErrUnexpectedEOF)
+			// The handlers recover their own panics except
+			// http.ErrAbortHandler, a deliberately broken response.
+			if v := recover(); v != nil {
+				w.WriteHeader(http.StatusInternalServerError) // unless the header went
+				pw.CloseWithError(fmt.Errorf("in-process handler aborted: %v", v))
+				return
 			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
 			pw.Close()

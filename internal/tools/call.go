@@ -29,6 +29,8 @@ const (
 	maxText = 64 << 10
 	// maxListing bounds the entries list_files returns.
 	maxListing = 500
+	// maxImages bounds the images of one result.
+	maxImages = 8
 )
 
 func unknownTool(name string) error {
@@ -190,6 +192,7 @@ func runCode(ctx context.Context, c *client.Client, id string, req api.CodeReque
 	}
 	out := &api.ToolResult{}
 	var b strings.Builder
+	images := 0
 	if res.Stdout != "" {
 		b.WriteString(clip(res.Stdout))
 	}
@@ -198,6 +201,10 @@ func runCode(ctx context.Context, c *client.Client, id string, req api.CodeReque
 	}
 	for _, r := range res.Results {
 		if i := slices.IndexFunc(imageTypes, func(t string) bool { _, ok := r.Data[t]; return ok }); i >= 0 {
+			if images++; images > maxImages {
+				section(&b, "["+imageTypes[i]+" image not shown: at most 8 per call]")
+				continue
+			}
 			out.Content = append(out.Content, api.ToolContent{Type: "image", Data: r.Data[imageTypes[i]], MIMEType: imageTypes[i]})
 			continue
 		}

@@ -15,6 +15,15 @@ import (
 // after this long without a request.
 const DefaultIdleTimeout = 15 * time.Minute
 
+const (
+	// maxSessions bounds the live MCP sessions of a server; a session
+	// without a sandbox costs memory only, until its idle timeout.
+	maxSessions = 10000
+	// maxRequestBody bounds one MCP message (code of up to 1 MiB,
+	// escaped in JSON).
+	maxRequestBody = 8 << 20
+)
+
 // HTTPOptions configure an HTTPHandler.
 type HTTPOptions struct {
 	Session     Options // for each session's Session
@@ -59,12 +68,19 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 		}
 		hh.mu.Lock()
 		defer hh.mu.Unlock()
-		if hh.closed {
-			return nil // 400: the server is shutting down
+		if hh.closed || len(hh.live) >= maxSessions {
+			return nil // 400: shutting down, or too many sessions
 		}
 		hh.live[sess] = struct{}{}
 		return NewMCPServer(sess, o.Version)
-	}, &mcp.StreamableHTTPOptions{SessionTimeout: o.IdleTimeout, Logger: o.Log})
+	}, &mcp.StreamableHTTPOptions{
+		SessionTimeout: o.IdleTimeout, Logger: o.Log, MaxRequestBodyBytes: maxRequestBody,
+		// The SDK refuses loopback requests whose Host is not loopback,
+		// against DNS rebinding of an unauthenticated local server. Every
+		// /mcp request carries an API key (no cookies, nothing ambient),
+		// and the check would refuse a reverse proxy on the same host.
+		DisableLocalhostProtection: true,
+	})
 	return hh
 }
 
