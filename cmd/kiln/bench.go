@@ -3,27 +3,44 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
+// benchCmd runs the benchmarks and writes docs/benchmarks.md and its JSON.
+// A benchmark is a flag here and a bench function returning a
+// bench.Section, added to the report in the order below.
 func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	rts := fs.String("runtimes", "runsc,runc", "comma-separated runtimes to measure")
+	core := fs.Bool("core", true, "sequential create, command round trip, idle memory and the bubblewrap floor")
 	creates := fs.Int("creates", 30, "sandboxes to create per runtime")
 	execs := fs.Int("execs", 200, "command round trips per runtime")
 	idle := fs.Int("idle", 10, "idle sandboxes to measure memory over")
-	out := fs.String("out", "docs/benchmarks.md", "markdown report to write (- for stdout)")
+	levels := fs.String("concurrency", "1,10,50", "concurrent-create levels (\"\" skips)")
+	levelSamples := fs.Int("concurrency-samples", 50, "creates per concurrency level (at least the level)")
+	density := fs.String("density", "2G", "memory budget for the density run (\"\" skips)")
+	densityMax := fs.Int("density-max", 100, "most idle sandboxes the density run makes per runtime")
+	churn := fs.Duration("churn", time.Minute, "create/kill loop per runtime, with leak and baseline checks (0 skips)")
+	serverURL := fs.String("server", "", "drive a running kiln serve at this URL (KILN_API_KEY) for the concurrency, density and churn runs; the rest is skipped")
+	out := fs.String("out", "docs/benchmarks.md", "markdown report to write (- for stdout only)")
+	jsonOut := fs.String("json", "docs/benchmarks.json", "JSON report to write (\"\" for none)")
 	load := fs.Bool("load", true, "also load the API: concurrent creates and commands through a real server")
 	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
+	warm := fs.Bool("warm", true, "code-interpreter creates on runsc: cold, from the warm template, from a pool")
+	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
 	lo := bench.LoadOptions{}
 	fs.StringVar(&lo.Runtime, "load-runtime", "runsc", "runtime of the load run")
 	fs.IntVar(&lo.Sandboxes, "load-sandboxes", 50, "sandboxes created concurrently in the load run")
@@ -34,43 +51,112 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
+	runtimes := strings.Split(*rts, ",")
+	rep := bench.NewReport(strings.Join(append([]string{"kiln", "bench"}, args...), " "))
 	m, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {
 		return err
 	}
 	defer closeManager()
-	opts := bench.Options{Runtimes: strings.Split(*rts, ","), Creates: *creates, Execs: *execs, Idle: *idle, Progress: os.Stderr}
-	if t, err := template.Lookup(cfg.DataDir, "base"); err == nil {
-		opts.Rootfs = t.Rootfs
+	target := bench.Manager(m)
+	if *serverURL != "" {
+		target = bench.Server(*serverURL, config.Env("KILN_API_KEY"))
+		*core, *load, *code, *warm = false, false, false, false
 	}
-	res, err := bench.Run(ctx, m, opts)
-	if err != nil {
-		return err
-	}
-	var b bytes.Buffer
-	res.WriteMarkdown(&b)
-	if *code {
-		crs, err := bench.Code(ctx, m, opts.Runtimes, 100, os.Stderr)
+
+	if *core {
+		opts := bench.Options{Runtimes: runtimes, Creates: *creates, Execs: *execs, Idle: *idle, Progress: os.Stderr}
+		if t, err := template.Lookup(cfg.DataDir, "base"); err == nil {
+			opts.Rootfs = t.Rootfs
+		}
+		res, err := bench.Run(ctx, m, opts)
 		if err != nil {
 			return err
 		}
-		bench.WriteCodeMarkdown(&b, crs)
+		rep.Add("latency", res)
+	}
+	if *levels != "" {
+		var ls []int
+		for _, f := range strings.Split(*levels, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return fmt.Errorf("--concurrency: %q is not a positive number", f)
+			}
+			ls = append(ls, n)
+		}
+		res, err := bench.Concurrency(ctx, target, runtimes, ls, *levelSamples, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("concurrency", res)
+	}
+	if *density != "" {
+		budget, err := config.ParseBytes(*density)
+		if err != nil {
+			return fmt.Errorf("--density: %w", err)
+		}
+		res, err := bench.Density(ctx, target, runtimes, budget, *densityMax, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("density", res)
+	}
+	if *churn > 0 {
+		res, err := bench.Churn(ctx, target, runtimes, *churn, cfg.DataDir, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("churn", res)
+	}
+	if *code {
+		res, err := bench.Code(ctx, m, runtimes, 100, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("code_interpreter", res)
+	}
+	if *warm && slices.Contains(runtimes, "runsc") {
+		res, err := bench.Warm(ctx, m, "code-interpreter", *warmN, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("warm", res)
 	}
 	if *load {
 		lo.Config = cfg
-		lr, err := bench.Load(ctx, m, st, lo, os.Stderr)
+		res, err := bench.Load(ctx, m, st, lo, os.Stderr)
 		if err != nil {
 			return err
 		}
-		lr.WriteMarkdown(&b)
+		rep.Add("api_load", res)
 	}
-	if *out == "-" {
-		_, err = os.Stdout.Write(b.Bytes())
+	return writeReport(rep, *out, *jsonOut)
+}
+
+// writeReport prints the markdown and writes it and the JSON to files.
+func writeReport(rep *bench.Report, out, jsonOut string) error {
+	var b bytes.Buffer
+	rep.WriteMarkdown(&b)
+	os.Stdout.Write(b.Bytes())
+	if jsonOut != "" {
+		j, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeFile(jsonOut, append(j, '\n')); err != nil {
+			return err
+		}
+	}
+	if out == "-" {
+		return nil
+	}
+	return writeFile(out, b.Bytes())
+}
+
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", *out)
-	return os.WriteFile(*out, b.Bytes(), 0o644)
+	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
+	return os.WriteFile(path, b, 0o644)
 }

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -34,10 +36,10 @@ type Options struct {
 	Progress io.Writer
 }
 
-// Dist summarises samples.
+// Dist summarises samples. In JSON, durations are milliseconds.
 type Dist struct {
-	N             int
-	P50, P99, Max time.Duration
+	N                  int
+	P50, P95, P99, Max time.Duration
 }
 
 func dist(s []time.Duration) Dist {
@@ -46,25 +48,36 @@ func dist(s []time.Duration) Dist {
 	}
 	slices.Sort(s)
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return Dist{N: len(s), P50: q(0.50), P99: q(0.99), Max: s[len(s)-1]}
+	return Dist{N: len(s), P50: q(0.50), P95: q(0.95), P99: q(0.99), Max: s[len(s)-1]}
+}
+
+// MarshalJSON writes the quantiles in milliseconds.
+func (d Dist) MarshalJSON() ([]byte, error) {
+	f := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return json.Marshal(struct {
+		N     int     `json:"n"`
+		P50Ms float64 `json:"p50_ms"`
+		P95Ms float64 `json:"p95_ms"`
+		P99Ms float64 `json:"p99_ms"`
+		MaxMs float64 `json:"max_ms"`
+	}{d.N, f(d.P50), f(d.P95), f(d.P99), f(d.Max)})
 }
 
 // RuntimeResult is one runtime's numbers.
 type RuntimeResult struct {
-	Runtime    string
-	Create     Dist // Create returned and a first `true` completed
-	Exec       Dist // `true` round trip on a warm sandbox
-	Ping       Dist // agent round trip without a process
-	IdlePSS    int64
-	IdleCgroup int64
+	Runtime    string `json:"runtime"`
+	Create     Dist   `json:"create_first_true"` // Create returned and a first `true` completed
+	Exec       Dist   `json:"true_round_trip"`   // `true` round trip on a warm sandbox
+	Ping       Dist   `json:"agent_ping"`        // agent round trip without a process
+	IdlePSS    int64  `json:"idle_pss_bytes"`
+	IdleCgroup int64  `json:"idle_cgroup_rss_bytes"`
 }
 
-// Result is a whole run.
+// Result is the latency and memory section: per runtime, and the
+// bubblewrap floor.
 type Result struct {
-	When     time.Time
-	Host     string
-	Floor    Dist // bubblewrap `true`
-	Runtimes []RuntimeResult
+	Floor    Dist            `json:"bwrap_true_floor"` // bubblewrap `true`
+	Runtimes []RuntimeResult `json:"runtimes"`
 }
 
 // Run measures every runtime in opts with m.
@@ -73,7 +86,7 @@ func Run(ctx context.Context, m *sandbox.Manager, opts Options) (*Result, error)
 	if out == nil {
 		out = io.Discard
 	}
-	res := &Result{When: time.Now().UTC(), Host: hostDesc()}
+	res := &Result{}
 	if opts.Rootfs != "" {
 		fmt.Fprintln(out, "bench: bubblewrap floor")
 		d, err := bwrapFloor(ctx, opts.Rootfs, opts.Execs)
@@ -237,4 +250,14 @@ func hostDesc() string {
 	}
 	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
 	return fmt.Sprintf("%d cores (%s), kernel %s, %s", runtime.NumCPU(), model, strings.TrimSpace(string(kernel)), runtime.Version())
+}
+
+func memAvailable() int64 { return smapsField("/proc/meminfo", "MemAvailable:") }
+
+func diskFree(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0
+	}
+	return int64(st.Bavail) * st.Bsize
 }

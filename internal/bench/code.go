@@ -13,22 +13,25 @@ import (
 
 // CodeResult is one runtime's code-interpreter numbers.
 type CodeResult struct {
-	Runtime     string
-	FirstResult time.Duration // create a code-interpreter sandbox → first `1+1` result
-	Import      time.Duration // `import pandas, matplotlib.pyplot` in a fresh context
-	OnePlusOne  Dist          // `1+1` in a warm context
+	Runtime     string        `json:"runtime"`
+	FirstResult time.Duration `json:"first_result_ns"` // create a code-interpreter sandbox → first `1+1` result
+	Import      time.Duration `json:"import_ns"`       // `import pandas, matplotlib.pyplot` in a fresh context
+	OnePlusOne  Dist          `json:"one_plus_one"`    // `1+1` in a warm context
 }
+
+// CodeResults is the code-interpreter section.
+type CodeResults []CodeResult
 
 // Code measures the code interpreter on each runtime: a cold first result
 // (sandbox create plus kernel start), the cost of the data-science imports,
 // and the warm `1+1` round trip.
-func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, progress io.Writer) ([]CodeResult, error) {
-	var out []CodeResult
+func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, progress io.Writer) (CodeResults, error) {
+	var out CodeResults
 	for _, rt := range runtimes {
 		fmt.Fprintf(progress, "bench: code interpreter on %s\n", rt)
 		r := CodeResult{Runtime: rt}
 		start := time.Now()
-		sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "code-interpreter", Runtime: rt})
+		sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "code-interpreter", Runtime: rt, Cold: true})
 		if err != nil {
 			return nil, err
 		}
@@ -73,8 +76,8 @@ func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, pro
 	return out, nil
 }
 
-// WriteCodeMarkdown appends the code-interpreter results to a report.
-func WriteCodeMarkdown(w io.Writer, rs []CodeResult) {
+// WriteMarkdown renders the code-interpreter results.
+func (rs CodeResults) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "\n## Code interpreter (Python, `code-interpreter` template)\n\n")
 	fmt.Fprintf(w, "| runtime | create → first `1+1` result (cold kernel) | `import pandas, matplotlib.pyplot` | warm `1+1` p50 | p99 | target p50 |\n|---|---|---|---|---|---|\n")
 	for _, r := range rs {

@@ -33,13 +33,17 @@ type LoadOptions struct {
 
 // LoadResult is the outcome of the API load run.
 type LoadResult struct {
-	Runtime                 string
-	Sandboxes, Commands     int
-	CreateErrors, CmdErrors int
-	CreateWall              time.Duration // all creates, concurrently
-	Create, Command         Dist          // per call, through the API
-	Direct, HTTP            Dist          // `true` via Agent.Exec vs via the API
-	FirstError              string
+	Runtime      string        `json:"runtime"`
+	Sandboxes    int           `json:"sandboxes"`
+	Commands     int           `json:"commands"`
+	CreateErrors int           `json:"create_errors"`
+	CmdErrors    int           `json:"command_errors"`
+	CreateWall   time.Duration `json:"create_wall_ns"` // all creates, concurrently
+	Create       Dist          `json:"create"`         // per call, through the API
+	Command      Dist          `json:"command"`
+	Direct       Dist          `json:"true_direct"` // `true` via Agent.Exec vs via the API
+	HTTP         Dist          `json:"true_api"`
+	FirstError   string        `json:"first_error,omitempty"`
 }
 
 // Load drives a real kiln API server (in-process, on loopback) with the Go
