@@ -9,7 +9,7 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test fuzz bench clean
+.PHONY: setup deps build run test fuzz soak bench clean
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached)
@@ -51,6 +51,10 @@ fuzz:
 		out=$$($(GO) test -run='^$$' -fuzz="^$${t#*:}\$$" -fuzztime=$(FUZZTIME) $${t%%:*} 2>&1) || { echo "$$out"; exit 1; }; \
 		echo "$$out" | tail -1; \
 	done
+
+## soak: the 10-minute soak under the race detector (make test runs it for 30 s)
+soak: setup
+	$(GO) test -count=1 -race -timeout 30m -run '^TestSoak$$' ./test/reliability -soak=10m -v
 
 ## bench: benchmarks, results in docs/benchmarks.md
 bench: setup

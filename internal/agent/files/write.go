@@ -69,6 +69,12 @@ func (s *Service) Write(ctx context.Context, u User, path string, o WriteOptions
 	if err == nil && o.XattrPrefix != "" {
 		err = setXattrs(f, o.XattrPrefix, o.Xattrs)
 	}
+	if err == nil {
+		// An acknowledged upload is on the sandbox's disk: a disk that
+		// cannot take it (the layer's, or the host's under it) fails
+		// here, not later in writeback where the data would be lost.
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
