@@ -1,0 +1,301 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/e2b"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
+	"github.com/kiln-sh/kiln/internal/server"
+)
+
+var agentPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
+
+// echoServer is an HTTP server for a sandbox: GET answers "hello from
+// <path>", and a WebSocket upgrade on any path echoes every message.
+// Python's standard library only (the base template has no websockets).
+const echoServer = `
+import base64, hashlib, http.server, struct, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_GET(self):
+        if self.headers.get("Upgrade", "").lower() != "websocket":
+            body = ("hello from " + self.path).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        key = self.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+        self.end_headers()
+        self.wfile.flush()
+        r = self.rfile
+        while True:
+            h = r.read(2)
+            if len(h) < 2:
+                return
+            op, n = h[0] & 15, h[1] & 127
+            if n == 126:
+                n = struct.unpack(">H", r.read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", r.read(8))[0]
+            mask = r.read(4) if h[1] & 128 else bytes(4)
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(r.read(n)))
+            if op == 8:
+                self.wfile.write(b"\x88\x00")
+                self.wfile.flush()
+                return
+            if op == 9:
+                op = 10
+            hdr = bytes([128 | op])
+            if len(data) < 126:
+                hdr += bytes([len(data)])
+            elif len(data) < 65536:
+                hdr += bytes([126]) + struct.pack(">H", len(data))
+            else:
+                hdr += bytes([127]) + struct.pack(">Q", len(data))
+            self.wfile.write(hdr + data)
+            self.wfile.flush()
+http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+`
+
+type env struct {
+	t          *testing.T
+	m          *sandbox.Manager
+	url        string // the API server
+	owner      string // API key secrets
+	other      string
+	ownerKeyID string
+}
+
+// newEnv runs a real API server (with the E2B router and this proxy wired
+// as in kiln serve) over a Manager whose sandboxes get networks in a test
+// world.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	_, n := nettest.Standard(t)
+	cfg := sandboxtest.Config(t, agentPath)
+	cfg.Net = n
+	m := sandboxtest.NewManager(t, cfg)
+	st := cfg.Store.(apikey.Store)
+	e := &env{t: t, m: m}
+	for _, k := range []*string{&e.owner, &e.other} {
+		key, secret := apikey.New("k", false)
+		if err := st.CreateKey(context.Background(), key); err != nil {
+			t.Fatal(err)
+		}
+		*k = secret
+		if k == &e.owner {
+			e.ownerKeyID = key.ID
+		}
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv := server.New(server.Options{Manager: m, Keys: st, Log: log, Config: cfg.Config, Version: "test",
+		E2B: &e2b.Options{Secret: []byte("test secret"), Domain: "kiln.test"}})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	e.url = ts.URL
+	return e
+}
+
+// create makes a sandbox through the API as the owner.
+func (e *env) create(req api.CreateSandboxRequest) api.Sandbox {
+	e.t.Helper()
+	body, _ := json.Marshal(req)
+	r, _ := http.NewRequest("POST", e.url+"/v1/sandboxes", bytes.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+e.owner)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb api.Sandbox
+	if resp.StatusCode != http.StatusCreated {
+		b, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("create: %s: %s", resp.Status, b)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&sb); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.m.Kill(context.Background(), sandbox.ID(sb.ID)) })
+	return sb
+}
+
+// serve starts echoServer on port in sandbox id and waits for it.
+func (e *env) serve(id string, port int) {
+	e.t.Helper()
+	a, err := e.m.Agent(sandbox.ID(id))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.t.Cleanup(cancel)
+	go a.Exec(ctx, wire.ExecParams{Args: []string{"python3", "-c", echoServer, fmt.Sprint(port)}},
+		func(api.Event) error { return nil })
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if c, err := e.m.DialPort(ctx, sandbox.ID(id), port); err == nil {
+			fmt.Fprintf(c, "GET / HTTP/1.0\r\n\r\n")
+			_ = c.SetReadDeadline(time.Now().Add(time.Second))
+			b, _ := io.ReadAll(c)
+			c.Close()
+			if bytes.HasPrefix(b, []byte("HTTP/1.")) && bytes.Contains(b, []byte(" 200 ")) {
+				return
+			}
+		}
+	}
+	e.t.Fatalf("server on port %d of %s never answered", port, id)
+}
+
+// get sends GET path to port of sandbox id through the router, by host
+// name, with extra headers; it returns the status and body.
+func (e *env) get(id string, port int, path string, hdr map[string]string) (int, string) {
+	e.t.Helper()
+	r, _ := http.NewRequest("GET", e.url+path, nil)
+	r.Host = fmt.Sprintf("%d-%s.kiln.test", port, id)
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestExposedPort(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(api.CreateSandboxRequest{Network: &api.Network{Mode: "nat"}})
+	if sb.Network == nil || sb.Network.TrafficToken == "" || sb.Network.Public {
+		t.Fatalf("create answered network %+v; want a private one with a token", sb.Network)
+	}
+	token := sb.Network.TrafficToken
+	e.serve(sb.ID, 8080)
+
+	cases := []struct {
+		name   string
+		port   int
+		hdr    map[string]string
+		status int
+		body   string
+	}{
+		{"no credentials", 8080, nil, 403, ""},
+		{"traffic token", 8080, map[string]string{"E2B-Traffic-Access-Token": token}, 200, "hello from /x?y=1"},
+		{"wrong token", 8080, map[string]string{"E2B-Traffic-Access-Token": "nope"}, 403, ""},
+		{"owner's API key", 8080, map[string]string{"Authorization": "Bearer " + e.owner}, 200, "hello from /x?y=1"},
+		{"another key", 8080, map[string]string{"X-API-Key": e.other}, 403, ""},
+		{"closed port", 8081, map[string]string{"E2B-Traffic-Access-Token": token}, 502, "port is not open"},
+	}
+	for _, c := range cases {
+		status, body := e.get(sb.ID, c.port, "/x?y=1", c.hdr)
+		if status != c.status || !strings.Contains(body, c.body) {
+			t.Errorf("%s: %d %q; want %d %q", c.name, status, body, c.status, c.body)
+		}
+	}
+
+	t.Run("header routing", func(t *testing.T) {
+		r, _ := http.NewRequest("GET", e.url+"/h", nil)
+		r.Header.Set("E2b-Sandbox-Id", sb.ID)
+		r.Header.Set("E2b-Sandbox-Port", "8080")
+		r.Header.Set("E2B-Traffic-Access-Token", token)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "hello from /h" {
+			t.Errorf("%s %q", resp.Status, b)
+		}
+	})
+
+	t.Run("websocket echo", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, _, err := websocket.Dial(ctx, strings.Replace(e.url, "http", "ws", 1)+"/ws", &websocket.DialOptions{
+			Host:       fmt.Sprintf("8080-%s.kiln.test", sb.ID),
+			HTTPHeader: http.Header{"E2b-Traffic-Access-Token": {token}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(1 << 20)
+		for _, msg := range []string{"ping", strings.Repeat("kiln", 50_000)} {
+			if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+				t.Fatal(err)
+			}
+			_, got, err := c.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != msg {
+				t.Errorf("echo of %d bytes: got %d bytes", len(msg), len(got))
+			}
+		}
+		c.Close(websocket.StatusNormalClosure, "")
+	})
+
+	t.Run("public", func(t *testing.T) {
+		body, _ := json.Marshal(api.Network{Public: true})
+		r, _ := http.NewRequest("PUT", e.url+"/v1/sandboxes/"+sb.ID+"/network", bytes.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+e.owner)
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("PUT network: %s", resp.Status)
+		}
+		if status, body := e.get(sb.ID, 8080, "/p", nil); status != 200 || body != "hello from /p" {
+			t.Errorf("public port without credentials: %d %q", status, body)
+		}
+	})
+
+	t.Run("dead sandbox", func(t *testing.T) {
+		if err := e.m.Kill(context.Background(), sandbox.ID(sb.ID)); err != nil {
+			t.Fatal(err)
+		}
+		if status, _ := e.get(sb.ID, 8080, "/", map[string]string{"E2B-Traffic-Access-Token": token}); status != 502 {
+			t.Errorf("killed sandbox: %d, want 502", status)
+		}
+	})
+}
+
+// TestNoNetworkPort: a sandbox without a network has no exposed ports.
+func TestNoNetworkPort(t *testing.T) {
+	e := newEnv(t)
+	sb := e.create(api.CreateSandboxRequest{})
+	if sb.Network != nil {
+		t.Errorf("create without network answered %+v", sb.Network)
+	}
+	if status, _ := e.get(sb.ID, 8080, "/", map[string]string{"Authorization": "Bearer " + e.owner}); status != 502 {
+		t.Errorf("port of a sandbox without network: %d, want 502", status)
+	}
+}
