@@ -30,7 +30,8 @@ var sandboxIDRE = regexp.MustCompile(`^[a-z0-9]+$`)
 var hostRE = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9]+)\.`)
 
 // hostTarget parses a <port>-<id>.<domain> host (with or without a
-// :port suffix).
+// :port suffix). The id must look like a sandbox id, so that a server
+// named e.g. 1-api.example.com keeps its API.
 func hostTarget(host string) (port int, id string, ok bool) {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -41,6 +42,9 @@ func hostTarget(host string) (port int, id string, ok bool) {
 	}
 	port, err := strconv.Atoi(m[1])
 	if err != nil || port < 1 || port > 65535 {
+		return 0, "", false
+	}
+	if _, err := sandbox.ParseID(m[2]); err != nil {
 		return 0, "", false
 	}
 	return port, m[2], true
