@@ -52,6 +52,7 @@ const sandboxUsage = `Usage:
   kiln sandbox pause ID                         pause it (it no longer expires)
   kiln sandbox resume ID                        resume a paused sandbox
   kiln sandbox fork ID [--count N]              fork it into N sandboxes
+  kiln sandbox network ID [flags]               show or change its network and egress policy
 
 Run 'kiln sandbox COMMAND -h' for a command's flags and examples.
 ` + remoteHelp
@@ -76,6 +77,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"kill": r.sandboxKill, "rm": r.sandboxKill, "exec": r.sandboxExec, "logs": r.sandboxLogs,
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
 		"pause": r.sandboxPause, "resume": r.sandboxResume, "fork": r.sandboxFork,
+		"network": r.sandboxNetwork,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }
@@ -269,6 +271,7 @@ Examples:
   kiln sandbox create
   kiln sandbox create --template python --timeout 30m --memory 1G --metadata job=ci
   ID=$(kiln sandbox create --env DEBUG=1)
+  kiln sandbox create --network nat --egress deny --allow pypi.org --allow 10.1.0.0/16
 `
 
 func (r *remote) sandboxCreate(ctx context.Context, args []string) error {
@@ -284,9 +287,11 @@ func (r *remote) sandboxCreate(ctx context.Context, args []string) error {
 	c.fs.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes")
 	c.fs.Var(env, "env", "environment variable `KEY=VALUE` for every command (repeatable)")
 	c.fs.Var(meta, "metadata", "metadata `KEY=VALUE` to find it by (repeatable)")
+	nf := addNetworkFlags(c.fs, true)
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
 	}
+	req.Network = nf.request()
 	req.Timeout = seconds(*timeout)
 	if len(env) > 0 {
 		req.Env = env
