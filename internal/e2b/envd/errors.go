@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -80,7 +81,7 @@ func rpcErrorf(code connect.Code, format string, args ...any) error {
 // sandboxGone reports whether err means the sandbox's agent went away
 // (the sandbox was killed or paused) mid-request.
 func sandboxGone(err error) bool {
-	return errors.Is(err, errdefs.ErrUnavailable)
+	return errors.Is(err, channel.ErrSessionClosed)
 }
 
 // abortIfGone tears the connection down when the sandbox died during a

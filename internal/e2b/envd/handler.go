@@ -14,12 +14,21 @@ import (
 // Options configure a Handler.
 type Options struct {
 	Log *slog.Logger
+	// OutputLimit caps the output the agent delivers per process (E2B
+	// has no cap; the agent's own default is 16 MiB); 0 means
+	// DefaultOutputLimit.
+	OutputLimit int64
 }
+
+// DefaultOutputLimit is the per-process output cap when Options names
+// none: kiln serve's largest allowed output limit by default.
+const DefaultOutputLimit = 1 << 30
 
 // Handler serves envd requests for any sandbox; the router in package e2b
 // resolves which one.
 type Handler struct {
 	log      *slog.Logger
+	outLimit int64
 	mux      *http.ServeMux
 	watchers *watchers
 }
@@ -29,7 +38,10 @@ func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{log: o.Log, mux: http.NewServeMux(), watchers: newWatchers()}
+	if o.OutputLimit <= 0 {
+		o.OutputLimit = DefaultOutputLimit
+	}
+	h := &Handler{log: o.Log, outLimit: o.OutputLimit, mux: http.NewServeMux(), watchers: newWatchers()}
 	h.mux.Handle(processconnect.NewProcessHandler(processService{h}))
 	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}))
 	h.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })

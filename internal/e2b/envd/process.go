@@ -44,6 +44,8 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 		User:  user,
 		Tag:   m.GetTag(),
 		Stdin: m.Stdin == nil || m.GetStdin(),
+
+		OutputLimit: s.h.outLimit,
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		p.TimeoutMs = max(1, time.Until(dl).Milliseconds())
