@@ -44,6 +44,11 @@ type CreateSandboxRequest struct {
 	// expires; the next command, file or code call (or a resume) resumes
 	// it, with its timeout starting over.
 	AutoPause bool `json:"auto_pause,omitempty"`
+	// Snapshot names one of the caller's snapshots to start from: the new
+	// sandbox continues from its memory, processes and files, with its own
+	// id, disk and env (the snapshot's, overlaid with Env). Template,
+	// runtime and limits are the snapshot's (leave them unset).
+	Snapshot string `json:"snapshot,omitempty"`
 	// Network: nil or an empty mode takes the server's default.
 	Network *Network `json:"network,omitempty"`
 }

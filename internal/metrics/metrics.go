@@ -35,6 +35,7 @@ type Metrics struct {
 	cmdStarted    prometheus.Counter
 	cmdFinished   *prometheus.CounterVec
 	reqLatency    *prometheus.HistogramVec
+	ops           *opMetrics // pause, resume, fork, snapshot (snapshot.go)
 }
 
 // New registers the collectors; src may be nil (no sandbox gauges).
@@ -64,6 +65,7 @@ func New(src Source) *Metrics {
 	if src != nil {
 		m.reg.MustRegister(&sandboxCollector{src: src})
 	}
+	m.ops = registerOps(m.reg, src)
 	return m
 }
 

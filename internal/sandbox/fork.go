@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
-	"github.com/kiln-sh/kiln/internal/oci"
-	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -49,8 +46,7 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		return nil, fmt.Errorf("creating fork dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	img, disk := filepath.Join(tmp, checkpointDir), filepath.Join(tmp, "disk.img")
-	src, ck, err := m.snapshot(ctx, b, img, disk)
+	src, ck, err := m.capture(ctx, b, tmp, "forked")
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +59,7 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range forks {
-		wg.Go(func() { forks[i], errs[i] = m.forkOne(ctx, src, tmpl, ck, img, disk, q) })
+		wg.Go(func() { forks[i], errs[i] = m.restoreNew(ctx, forkRecord(src, m.cfg), tmpl, ck, tmp, q) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -104,142 +100,15 @@ func firstErr(errs []error) int {
 	return 0
 }
 
-// snapshot freezes a running runsc sandbox, checkpoints it to img with
-// --leave-running and copies its layer image to disk, then thaws it. It
-// returns the source's record as of the snapshot.
-func (m *Manager) snapshot(ctx context.Context, b *box, img, disk string) (_ Sandbox, _ oci.Checkpointer, err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	id := b.rec.ID
-	if b.rec.State != StateRunning {
-		return Sandbox{}, nil, fmt.Errorf("sandbox %s is %s; only running sandboxes can be forked: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
-	}
-	rt := m.runtimes[b.rec.Runtime]
-	ck, ok := rt.(oci.Checkpointer)
-	p, okp := rt.(oci.Pauser)
-	if !ok || !ck.CanCheckpoint() || !okp {
-		return Sandbox{}, nil, fmt.Errorf("sandbox %s runs on %s, which cannot checkpoint; only runsc sandboxes can be forked: %w", id, b.rec.Runtime, errdefs.ErrFailedPrecondition)
-	}
-	if err := p.Pause(ctx, id.String()); err != nil {
-		return Sandbox{}, nil, fmt.Errorf("freezing sandbox: %w", err)
-	}
-	defer func() {
-		if rerr := p.Resume(context.WithoutCancel(ctx), id.String()); rerr != nil {
-			m.log.Error("thawing forked sandbox", "sandbox_id", id, "err", rerr)
-			if err == nil {
-				err = fmt.Errorf("thawing sandbox %s: %w", id, rerr)
-			}
-		}
-	}()
-	if err := ck.Checkpoint(ctx, id.String(), img, true); err != nil {
-		return Sandbox{}, nil, fmt.Errorf("checkpointing sandbox: %w", err)
-	}
-	// Frozen, nothing writes to the layer: flush it and copy its image,
-	// which then matches the memory image.
-	layer := filepath.Join(b.dir, layerDir)
-	if err := rootfs.Sync(layer); err != nil {
-		return Sandbox{}, nil, err
-	}
-	if err := rootfs.CopySparse(disk, rootfs.ImagePath(layer)); err != nil {
-		return Sandbox{}, nil, fmt.Errorf("copying layer image: %w", err)
-	}
-	rec := b.rec
-	rec.Env, rec.Metadata = maps.Clone(rec.Env), maps.Clone(rec.Metadata)
-	return rec, ck, nil
-}
-
-// forkOne makes one fork of src from the checkpoint image img and the
-// layer image disk. On failure it unwinds what it made and returns a nil
-// box; on success the fork is live and running.
-func (m *Manager) forkOne(ctx context.Context, src Sandbox, tmpl *template.Template, ck oci.Checkpointer, img, disk string, q Quota) (_ *box, err error) {
-	id := NewID()
+// forkRecord is the record of a new fork of src: a new id, src's owner,
+// template, runtime, limits, env and metadata, and the default timeout.
+func forkRecord(src Sandbox, cfg Config) Sandbox {
 	now := time.Now().UTC()
 	rec := src
-	rec.ID, rec.State, rec.Reason = id, StateCreating, ""
+	rec.ID, rec.State, rec.Reason = NewID(), StateCreating, ""
 	rec.Env, rec.Metadata = maps.Clone(src.Env), maps.Clone(src.Metadata)
-	rec.Node, rec.CreatedAt = m.cfg.Node, now
-	rec.Timeout = m.cfg.Limits.DefaultSandboxTimeout
+	rec.Node, rec.CreatedAt = cfg.Node, now
+	rec.Timeout = cfg.Limits.DefaultSandboxTimeout
 	rec.ExpiresAt, rec.PausedAt = now.Add(rec.Timeout), time.Time{}
-	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: rec}
-	rt := m.runtimes[rec.Runtime]
-	log := m.log.With("sandbox_id", id, "fork_of", src.ID)
-
-	var undo []func(context.Context) error
-	defer func() {
-		if err == nil {
-			return
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](uctx); uerr != nil {
-				log.Error("unwinding failed fork", "err", uerr)
-			}
-		}
-		m.mu.Lock()
-		delete(m.boxes, id)
-		m.mu.Unlock()
-	}()
-	if err := m.admit(b, q); err != nil {
-		return nil, err
-	}
-	if err := m.store.PutSandbox(ctx, b.rec); err != nil {
-		return nil, fmt.Errorf("recording sandbox: %w", err)
-	}
-	undo = append(undo, func(ctx context.Context) error { return m.store.DeleteSandbox(ctx, id) })
-	if err := os.Mkdir(b.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating sandbox dir: %w", err)
-	}
-	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	layer, err := rootfs.MountImage(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), disk)
-	if err != nil {
-		return nil, fmt.Errorf("mounting writable layer: %w", err)
-	}
-	undo = append(undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
-	bundle := &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
-		Rootfs:      layer.Rootfs(),
-		Args:        []string{agentBinary},
-		Env:         m.agentEnv(b.rec),
-		Cwd:         "/",
-		Hostname:    id.String(),
-		Limits:      m.runtimeLimits(rt.Name(), rec.Limits),
-		CgroupsPath: cgroupsPath(id),
-		AgentDir:    m.agentDir,
-	})}
-	if err := bundle.Write(); err != nil {
-		return nil, err
-	}
-	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
-	files, err := openStdio(b.dir)
-	if err != nil {
-		return nil, err
-	}
-	err = ck.Restore(ctx, id.String(), bundle, img, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("restoring fork: %w", err)
-	}
-	if st, err := rt.State(ctx, id.String()); err == nil {
-		b.pids = append([]int{st.Pid}, st.HelperPids...)
-	}
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	conn, err := connect(cctx, b.dir, false)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the forked agent: %w%s", err, agentLogTail(b.dir))
-	}
-	undo = append(undo, func(context.Context) error { return conn.Close() })
-	if err := m.identify(ctx, conn, b.rec); err != nil {
-		return nil, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
-		return nil, err
-	}
-	b.conn = conn
-	go m.watch(b, conn)
-	return b, nil
+	return rec
 }

@@ -76,6 +76,10 @@ type Manager struct {
 
 	done      chan struct{} // closed by Close: stops the reaper
 	closeOnce sync.Once
+
+	// snapMu orders snapshot records and files: restores from snapshots
+	// hold it shared, deletes and retention checks exclusively.
+	snapMu sync.RWMutex
 }
 
 // box is the live state of one sandbox.
@@ -117,6 +121,9 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 		if err := m.adopt(ctx); err != nil {
 			return nil, err
 		}
+		if err := m.gcSnapshots(ctx); err != nil {
+			return nil, err
+		}
 	}
 	go m.reaper()
 	return m, nil
@@ -153,6 +160,9 @@ func installAgent(src, dataDir string) (string, error) {
 // Create makes a sandbox and waits until its agent answers. A failure at
 // any step unwinds everything made before it.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
+	if opts.Snapshot != "" {
+		return m.createFromSnapshot(ctx, opts)
+	}
 	if opts.Template == "" {
 		opts.Template = "base"
 	}

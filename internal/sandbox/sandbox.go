@@ -64,6 +64,10 @@ type CreateOptions struct {
 	// expires (runsc: checkpoint; runc: freeze); a resume (explicit, or
 	// any data-plane call through the API) brings it back.
 	AutoPause bool
+	// Snapshot names the owner's snapshot to make the sandbox from (see
+	// Manager.Snapshot); it fixes template, runtime and limits, and Env
+	// is laid over the snapshot's.
+	Snapshot string
 	// Network: nil or a zero Mode takes the server's default.
 	Network *NetworkOptions
 }

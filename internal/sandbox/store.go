@@ -16,6 +16,20 @@ type Store interface {
 	ListSandboxes(ctx context.Context, f Filter) ([]Sandbox, string, error)
 	// DeleteSandbox removes a record; deleting a missing one succeeds.
 	DeleteSandbox(ctx context.Context, id ID) error
+
+	// PutSnapshot inserts a snapshot record; errdefs.ErrAlreadyExists if
+	// its id, or its name for its owner, is taken.
+	PutSnapshot(ctx context.Context, s Snapshot) error
+	// GetSnapshot returns owner's snapshot called name;
+	// errdefs.ErrNotFound if there is none.
+	GetSnapshot(ctx context.Context, owner, name string) (Snapshot, error)
+	// ListSnapshots returns owner's snapshots ("" for every owner's),
+	// oldest first.
+	ListSnapshots(ctx context.Context, owner string) ([]Snapshot, error)
+	// DeleteSnapshot removes a snapshot record by id; deleting a missing
+	// one succeeds.
+	DeleteSnapshot(ctx context.Context, id string) error
+
 	Close() error
 }
 

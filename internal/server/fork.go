@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -23,7 +24,9 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	sbs, err := s.m.Fork(r.Context(), sb.ID, req.Count, s.quota(caller(r)))
+	s.metrics.ObserveOp("fork", time.Since(start), errCode(err))
 	if err != nil {
 		return fmt.Errorf("forking sandbox: %w", err)
 	}

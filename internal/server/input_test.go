@@ -141,6 +141,7 @@ func TestRoutes(t *testing.T) {
 		"DELETE /v1/sandboxes/{id}", "POST /v1/sandboxes/{id}/timeout", "GET /v1/sandboxes/{id}/usage",
 		"POST /v1/sandboxes/{id}/pause", "POST /v1/sandboxes/{id}/resume",
 		"POST /v1/sandboxes/{id}/fork",
+		"POST /v1/sandboxes/{id}/snapshots", "GET /v1/snapshots", "GET /v1/snapshots/{name}", "DELETE /v1/snapshots/{name}",
 		"GET /v1/sandboxes/{id}/network",
 		"PUT /v1/sandboxes/{id}/network",
 		"GET /v1/sandboxes/{id}/network/usage",
@@ -159,7 +160,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 42 {
+	if len(routes) != 46 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

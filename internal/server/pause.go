@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // pauseSandbox pauses a running sandbox (see sandbox.Manager.Pause).
@@ -11,7 +12,10 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if sb, err = s.m.Pause(r.Context(), sb.ID); err != nil {
+	start := time.Now()
+	sb, err = s.m.Pause(r.Context(), sb.ID)
+	s.metrics.ObserveOp("pause", time.Since(start), errCode(err))
+	if err != nil {
 		return fmt.Errorf("pausing sandbox: %w", err)
 	}
 	return writeJSON(w, http.StatusOK, toAPI(sb))
@@ -23,7 +27,10 @@ func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if sb, err = s.m.Resume(r.Context(), sb.ID); err != nil {
+	start := time.Now()
+	sb, err = s.m.Resume(r.Context(), sb.ID)
+	s.metrics.ObserveOp("resume", time.Since(start), errCode(err))
+	if err != nil {
 		return fmt.Errorf("resuming sandbox: %w", err)
 	}
 	return writeJSON(w, http.StatusOK, toAPI(sb))

@@ -67,7 +67,7 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 		Limits: sandbox.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},
 		Env:    req.Env, Metadata: req.Metadata,
 		Timeout: time.Duration(req.Timeout) * time.Second,
-		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause,
+		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause, Snapshot: req.Snapshot,
 		Network: createNetwork(req.Network),
 	}, nil
 }

@@ -38,6 +38,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"KeyDuplicates", testKeyDuplicates},
 		{"KeyNotFound", testKeyNotFound},
 		{"KeyListAndRevoke", testKeyListAndRevoke},
+		{"SnapshotRoundTrip", testSnapshotRoundTrip},
+		{"SnapshotNames", testSnapshotNames},
+		{"SnapshotListAndDelete", testSnapshotListAndDelete},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

@@ -1,0 +1,364 @@
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// snapshotDir is where a test Manager keeps its snapshots.
+func snapshotDir(cfg sandbox.Config) string {
+	return filepath.Join(filepath.Dir(cfg.StateDir), "snapshots")
+}
+
+// killAllOnCleanup kills whatever m runs at the end of the test (sandboxes
+// re-adopted from an earlier Manager).
+func killAllOnCleanup(t *testing.T, m *sandbox.Manager) {
+	t.Cleanup(func() {
+		for _, sb := range m.Live() {
+			_ = m.Kill(context.Background(), sb.ID)
+		}
+	})
+}
+
+// A snapshot is taken of a running sandbox, which runs on and diverges;
+// sandboxes made from it start from its memory, processes and files, with
+// their own identity and env, and diverge from each other. It survives the
+// kill of its source and a restart, and is deleted with its files.
+func TestSnapshot(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Adopt = true
+	m1 := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Env: map[string]string{"X": "src"}, Metadata: map[string]string{"k": "v"}})
+	src.sh("echo before > /home/user/state.txt")
+	pid := startCounter(t, src)
+
+	t0 := time.Now()
+	snap, err := m1.Snapshot(ctx, src.sb.ID, "s1")
+	t.Logf("snapshot: %v", time.Since(t0))
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if snap.Name != "s1" || snap.Source != src.sb.ID || snap.Template != "base" || snap.Runtime != "runsc" ||
+		snap.SizeBytes <= 0 || snap.Env["X"] != "src" || snap.Limits != src.sb.Limits {
+		t.Errorf("snapshot record: %+v", snap)
+	}
+	if _, err := os.Stat(filepath.Join(snapshotDir(cfg), snap.ID, "disk.img")); err != nil {
+		t.Errorf("snapshot files: %v", err)
+	}
+	if r := src.sh("echo after > /home/user/state.txt; echo running"); r.stdout != "running\n" {
+		t.Errorf("source after snapshot: %q", r.stdout)
+	}
+
+	t0 = time.Now()
+	a := create(t, m1, sandbox.CreateOptions{Snapshot: "s1", Env: map[string]string{"X": "a"}})
+	t.Logf("create from snapshot: %v", time.Since(t0))
+	b := create(t, m1, sandbox.CreateOptions{Snapshot: "s1", AutoPause: true})
+	var wg sync.WaitGroup
+	for _, e := range []*env{src, a, b} {
+		wg.Go(func() { attachCounter(t, e.agent, pid) })
+	}
+	wg.Wait()
+	for _, c := range []struct {
+		e *env
+		x string
+	}{{a, "a"}, {b, "src"}} {
+		sb := c.e.sb
+		if sb.Template != "base" || sb.Metadata["k"] != "v" || sb.Limits != src.sb.Limits || sb.ID == src.sb.ID {
+			t.Errorf("sandbox from snapshot: %+v", sb)
+		}
+		want := fmt.Sprintf("before\n%s\n%s\n%s\n", c.x, sb.ID, sb.ID)
+		if r := c.e.sh("cat /home/user/state.txt; echo $X; hostname; echo $KILN_SANDBOX_ID"); r.stdout != want {
+			t.Errorf("sandbox %s from snapshot sees %q, want %q", sb.ID, r.stdout, want)
+		}
+	}
+	if !b.sb.AutoPause || a.sb.AutoPause {
+		t.Errorf("auto_pause: %v %v", a.sb.AutoPause, b.sb.AutoPause)
+	}
+	a.sh("echo a > /home/user/mine")
+	if r := b.sh("cat /home/user/mine 2>&1; cat /home/user/state.txt"); r.stdout != "cat: /home/user/mine: No such file or directory\nbefore\n" {
+		t.Errorf("sandboxes from one snapshot did not diverge: %q", r.stdout)
+	}
+	if r := src.sh("cat /home/user/state.txt; ls /home/user/mine 2>/dev/null"); r.stdout != "after\n" {
+		t.Errorf("source sees %q", r.stdout)
+	}
+
+	// The snapshot outlives its source and a restart of kiln serve.
+	if err := m1.Kill(ctx, src.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	m2 := newManager(t, cfg)
+	killAllOnCleanup(t, m2)
+	snaps, err := m2.Snapshots(ctx, "")
+	if err != nil || len(snaps) != 1 || snaps[0].ID != snap.ID {
+		t.Fatalf("snapshots after restart: %+v %v", snaps, err)
+	}
+	c := create(t, m2, sandbox.CreateOptions{Snapshot: "s1"})
+	if r := c.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
+		t.Errorf("sandbox from snapshot after restart: %q", r.stdout)
+	}
+
+	if err := m2.DeleteSnapshot(ctx, "", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.GetSnapshot(ctx, "", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("deleted snapshot: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(snapshotDir(cfg), snap.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("deleted snapshot's files: %v", err)
+	}
+	if _, err := m2.Create(ctx, sandbox.CreateOptions{Snapshot: "s1"}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("create from deleted snapshot: %v", err)
+	}
+	if r := c.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
+		t.Errorf("sandbox after its snapshot was deleted: %q", r.stdout)
+	}
+}
+
+// countState counts what a Manager's state holds: live sandboxes, records,
+// sandbox dirs and loop devices of its state dir.
+func countState(t *testing.T, m *sandbox.Manager, cfg sandbox.Config) string {
+	t.Helper()
+	recs, _, err := m.List(context.Background(), sandbox.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(cfg.StateDir)
+	out, _ := exec.Command("losetup", "-a").Output()
+	return fmt.Sprintf("live %d, records %d, dirs %d, loops %d", len(m.Live()), len(recs), len(ents), bytes.Count(out, []byte(cfg.StateDir)))
+}
+
+// Snapshots that cannot be taken or used are refused with a clear error,
+// leave nothing behind, and leave the source running.
+func TestSnapshotRefusals(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Limits.MaxSnapshots = 1
+	m := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Owner: "key_a"})
+	if _, err := m.Snapshot(ctx, src.sb.ID, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("bad name: %v", err)
+	}
+	if _, err := m.Snapshot(ctx, src.sb.ID, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	before := countState(t, m, cfg)
+	for name, want := range map[string]error{"s1": errdefs.ErrAlreadyExists, "s2": errdefs.ErrResourceExhausted} {
+		if _, err := m.Snapshot(ctx, src.sb.ID, name); !errors.Is(err, want) {
+			t.Errorf("snapshot %s: %v, want %v", name, err, want)
+		} else {
+			t.Logf("snapshot %s: %v", name, err)
+		}
+	}
+	// Another owner sees no snapshot of key_a's.
+	if _, err := m.GetSnapshot(ctx, "key_b", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("other owner's get: %v", err)
+	}
+	for _, bad := range []struct {
+		opts sandbox.CreateOptions
+		want error
+	}{
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_b"}, errdefs.ErrNotFound},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Template: "other"}, errdefs.ErrInvalidArgument},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Runtime: "runc"}, errdefs.ErrInvalidArgument},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Limits: sandbox.Limits{MemoryBytes: 1 << 30}}, errdefs.ErrInvalidArgument},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Env: map[string]string{"KILN_X": "1"}}, errdefs.ErrInvalidArgument},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Quota: sandbox.Quota{MaxSandboxes: 1}}, errdefs.ErrResourceExhausted},
+	} {
+		if _, err := m.Create(ctx, bad.opts); !errors.Is(err, bad.want) {
+			t.Errorf("create %+v: %v, want %v", bad.opts, err, bad.want)
+		}
+	}
+	if got := countState(t, m, cfg); got != before {
+		t.Errorf("refusals left state: %s, was %s", got, before)
+	}
+
+	// Per-owner bytes: a second owner's snapshot larger than the limit.
+	cfg2 := testConfig(t)
+	cfg2.Limits.MaxSnapshotBytes = 1 << 20
+	m2 := newManager(t, cfg2)
+	src2 := create(t, m2, sandbox.CreateOptions{Runtime: "runsc"})
+	if _, err := m2.Snapshot(ctx, src2.sb.ID, "big"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("snapshot over the byte limit: %v", err)
+	} else {
+		t.Logf("over the byte limit: %v", err)
+	}
+	if ents, _ := os.ReadDir(snapshotDir(cfg2)); len(ents) != 0 {
+		t.Errorf("refused snapshot left files: %v", ents)
+	}
+
+	if _, err := exec.LookPath("runc"); err == nil {
+		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc", Owner: "key_a"})
+		if _, err := m.Snapshot(ctx, rc.sb.ID, "r"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+			t.Errorf("snapshot of runc sandbox: %v", err)
+		}
+	}
+	if _, err := m2.Pause(ctx, src2.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Snapshot(ctx, src2.sb.ID, "p"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("snapshot of paused sandbox: %v", err)
+	}
+	if r := src.sh("echo ok"); r.stdout != "ok\n" {
+		t.Errorf("source after refusals: %q", r.stdout)
+	}
+}
+
+// A snapshot whose files are missing or corrupt is refused with a clear
+// error and nothing half-made; at start, records without files and files
+// without records are removed.
+func TestSnapshotDamaged(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Adopt = true
+	m := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	var snaps []sandbox.Snapshot
+	for _, name := range []string{"missing", "corrupt", "gone", "kept"} {
+		s, err := m.Snapshot(ctx, src.sb.ID, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, s)
+	}
+	dir := snapshotDir(cfg)
+	img := func(s sandbox.Snapshot) string { return filepath.Join(dir, s.ID, "checkpoint", "checkpoint.img") }
+	if err := os.Remove(img(snaps[0])); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(img(snaps[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(img(snaps[1]), bytes.Repeat([]byte("garbage!"), int(fi.Size()/8)+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := countState(t, m, cfg)
+	for _, s := range snaps[:2] {
+		_, err := m.Create(ctx, sandbox.CreateOptions{Snapshot: s.Name})
+		if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "damaged") {
+			t.Errorf("create from %s snapshot: %v", s.Name, err)
+		} else {
+			t.Logf("create from %s snapshot: %v", s.Name, err)
+		}
+	}
+	if got := countState(t, m, cfg); got != before {
+		t.Errorf("failed creates left state: %s, was %s", got, before)
+	}
+	if r := src.sh("echo ok"); r.stdout != "ok\n" {
+		t.Errorf("source: %q", r.stdout)
+	}
+
+	// GC at start.
+	if err := os.RemoveAll(filepath.Join(dir, snaps[2].ID)); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(dir, "orphan0000000000000")
+	if err := os.MkdirAll(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	m2 := newManager(t, cfg)
+	killAllOnCleanup(t, m2)
+	var names []string
+	left, _ := m2.Snapshots(ctx, "")
+	for _, s := range left {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "missing,corrupt,kept" {
+		t.Errorf("snapshots after GC: %v", names)
+	}
+	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("orphaned snapshot dir kept: %v", err)
+	}
+	if _, err := m2.Create(ctx, sandbox.CreateOptions{Snapshot: "kept"}); err != nil {
+		t.Errorf("create from intact snapshot after GC: %v", err)
+	}
+}
+
+// pyEval runs code in a sandbox's default Python context and returns its
+// result's text/plain (or the error).
+func pyEval(t *testing.T, a *sandbox.Agent, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out strings.Builder
+	_, err := a.Execute(ctx, wire.ExecuteParams{Language: "python", Code: code}, func(ev api.Event) error {
+		switch {
+		case ev.Type == api.EventResult && ev.Result != nil:
+			out.WriteString(ev.Result.Data["text/plain"])
+		case ev.Type == api.EventExecutionError && ev.ExecutionError != nil:
+			out.WriteString("error: " + ev.ExecutionError.Name + ": " + ev.ExecutionError.Value)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	return out.String()
+}
+
+// A Python kernel's variables survive into a fork and into sandboxes made
+// from a snapshot, across a restart of kiln serve, and then diverge.
+func TestSnapshotKernelState(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	_, err := template.Lookup(cfg.DataDir, "code-interpreter")
+	ocitest.Require(t, err == nil, fmt.Sprintf("code-interpreter template not built (make setup): %v", err))
+	cfg.Adopt = true
+	m1 := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Template: "code-interpreter"})
+	if got := pyEval(t, src.agent, "x = 41\nx"); got != "41" {
+		t.Fatalf("x in source: %q", got)
+	}
+	if _, err := m1.Snapshot(ctx, src.sb.ID, "kernel"); err != nil {
+		t.Fatal(err)
+	}
+	forks, err := m1.Fork(ctx, src.sb.ID, 1, sandbox.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+
+	m2 := newManager(t, cfg)
+	killAllOnCleanup(t, m2)
+	fa, err := m2.Agent(forks[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pyEval(t, fa, "x += 1\nx"); got != "42" {
+		t.Errorf("x in fork after restart: %q", got)
+	}
+	c := create(t, m2, sandbox.CreateOptions{Snapshot: "kernel"})
+	if got := pyEval(t, c.agent, "x"); got != "41" {
+		t.Errorf("x in sandbox from snapshot: %q", got)
+	}
+	sa, err := m2.Agent(src.sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pyEval(t, sa, "x"); got != "41" {
+		t.Errorf("x in source after fork's change: %q", got)
+	}
+}
