@@ -1,11 +1,19 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/tools"
 )
 
 // TestToolDefinitions checks GET /v1/tools in each format and its input
@@ -84,4 +92,53 @@ func TestCallTool(t *testing.T) {
 	h.do("POST", path+"rm_rf", h.a, json.RawMessage(`{}`), 404, nil)
 	h.do("POST", path+"run_command", h.b, json.RawMessage(`{"command":"id"}`), 404, nil) // another key's sandbox
 	h.do("POST", path+"run_command", h.a, json.RawMessage(` [1]`), 400, nil)
+}
+
+// TestMCPSessionExpiry checks that an MCP session idle past its timeout
+// ends and takes its sandbox with it, and that Close ends the rest.
+func TestMCPSessionExpiry(t *testing.T) {
+	h := newHarness(t, true, harnessOpts{})
+	c := client.New(h.ts.URL, h.a)
+	hh := tools.NewHTTPHandler(func(*http.Request) *client.Client { return c }, tools.HTTPOptions{
+		IdleTimeout: 2 * time.Second, Session: tools.Options{Template: "base"},
+	})
+	ts := httptest.NewServer(hh)
+	defer ts.Close()
+	ctx := context.Background()
+	open := func() (*mcp.ClientSession, string) {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "hostname"}})
+		if err != nil || res.IsError {
+			t.Fatalf("hostname: %+v, %v", res, err)
+		}
+		return cs, strings.TrimSpace(strings.TrimPrefix(res.Content[0].(*mcp.TextContent).Text, "exit code 0\nstdout:\n"))
+	}
+	gone := func(id string) bool {
+		sb, err := c.GetSandbox(ctx, id)
+		return client.IsCode(err, api.CodeNotFound) || (err == nil && sb.State == "stopped")
+	}
+
+	idle, idleID := open()
+	defer idle.Close()
+	for deadline := time.Now().Add(30 * time.Second); !gone(idleID); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle session's sandbox %s is still there", idleID)
+		}
+	}
+	if _, err := idle.CallTool(ctx, &mcp.CallToolParams{Name: "list_files", Arguments: map[string]any{}}); err == nil {
+		t.Error("a call on the expired session worked")
+	}
+
+	_, liveID := open()
+	if hh.Sessions() != 1 || gone(liveID) {
+		t.Fatalf("%d sessions, sandbox %s gone: %v", hh.Sessions(), liveID, gone(liveID))
+	}
+	hh.Close()
+	if !gone(liveID) || hh.Sessions() != 0 {
+		t.Errorf("after Close: %d sessions, sandbox %s gone: %v", hh.Sessions(), liveID, gone(liveID))
+	}
 }

@@ -60,18 +60,31 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 	}
 	hh := &HTTPHandler{live: map[*Session]struct{}{}}
 	hh.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		hh.mu.Lock()
+		refuse := hh.closed || len(hh.live) >= maxSessions
+		hh.mu.Unlock()
+		if refuse {
+			return nil // 400: shutting down, or too many sessions
+		}
+		// The session counts once it is attached to its MCP session
+		// (initialized, or its first call): a request that never gets
+		// that far (a probe of the stateless protocol, a failed
+		// initialize) leaves nothing behind.
 		sess := NewSession(clientFor(r), o.Session)
+		sess.onAttach = func() bool {
+			hh.mu.Lock()
+			defer hh.mu.Unlock()
+			if hh.closed {
+				return false
+			}
+			hh.live[sess] = struct{}{}
+			return true
+		}
 		sess.onClose = func() {
 			hh.mu.Lock()
 			delete(hh.live, sess)
 			hh.mu.Unlock()
 		}
-		hh.mu.Lock()
-		defer hh.mu.Unlock()
-		if hh.closed || len(hh.live) >= maxSessions {
-			return nil // 400: shutting down, or too many sessions
-		}
-		hh.live[sess] = struct{}{}
 		return NewMCPServer(sess, o.Version)
 	}, &mcp.StreamableHTTPOptions{
 		SessionTimeout: o.IdleTimeout, Logger: o.Log, MaxRequestBodyBytes: maxRequestBody,

@@ -53,8 +53,9 @@ type Session struct {
 	refreshed time.Time
 	closed    bool
 
-	onClose func()    // set by HTTPHandler
-	conn    io.Closer // the MCP session, once known
+	onAttach func() bool // set by HTTPHandler; false ends the session
+	onClose  func()      // set by HTTPHandler
+	conn     io.Closer   // the MCP session, once known
 }
 
 // NewSession returns a session that calls Kiln through c.
@@ -229,16 +230,16 @@ func (s *Session) Close() error {
 	return s.killLocked(ctx)
 }
 
-// end closes the session's MCP connection (ending its streams), then the
-// session.
+// end kills the session's sandbox, which ends the calls in flight, then
+// closes its MCP connection (which waits for them) and so its streams.
 func (s *Session) end() {
+	s.Close()
 	s.mu.Lock()
 	conn := s.conn
 	s.mu.Unlock()
 	if conn != nil {
 		conn.Close()
 	}
-	s.Close()
 }
 
 // attach records the MCP connection of the session and closes the
@@ -254,6 +255,9 @@ func (s *Session) attach(conn interface {
 	}
 	s.conn = conn
 	s.mu.Unlock()
+	if s.onAttach != nil && !s.onAttach() {
+		go conn.Close() // not here: Close waits for the calls in flight, maybe ours
+	}
 	go func() { conn.Wait(); s.Close() }()
 }
 
