@@ -1,0 +1,157 @@
+// Package servetest runs a real kiln serve for tests that drive it from
+// outside, as a user would: built from this module, on a free loopback
+// port, with its own data dir that shares the machine's built templates.
+package servetest
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
+)
+
+// Server is a running kiln serve.
+type Server struct {
+	URL    string // http://127.0.0.1:<port>
+	Key    string // the admin API key it printed on its first start
+	Client *client.Client
+}
+
+// Build builds kiln and kiln-agent (static) into one temp dir and returns
+// the path of kiln, which finds kiln-agent next to itself.
+func Build(t testing.TB) string {
+	t.Helper()
+	bin := t.TempDir()
+	for _, b := range []struct{ out, pkg, cgo string }{
+		{"kiln", "github.com/kiln-sh/kiln/cmd/kiln", "1"},
+		{"kiln-agent", "github.com/kiln-sh/kiln/cmd/kiln-agent", "0"},
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, b.out), b.pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", b.out, err, out)
+		}
+	}
+	return filepath.Join(bin, "kiln")
+}
+
+var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
+
+// Start starts `kiln serve` from the kiln binary on a free loopback port
+// with a fresh data dir whose templates are those of KILN_DATA_DIR, and
+// returns once it answers and has printed its admin key. Cleanup kills
+// the sandboxes still alive (they would outlive the server), stops it,
+// and logs its warnings and errors if the test failed.
+func Start(t testing.TB, kiln string) *Server {
+	t.Helper()
+	dataDir := t.TempDir()
+	shared := filepath.Join(config.FromEnv().DataDir, "templates")
+	if err := os.Symlink(shared, filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "serve.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	keyc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
+				keyc <- m[1]
+			}
+		}
+	}()
+	s := &Server{URL: "http://" + addr}
+	t.Cleanup(func() {
+		if s.Client != nil {
+			for _, id := range s.Alive(t) {
+				if err := s.Client.KillSandbox(context.Background(), id); err != nil {
+					t.Errorf("killing %s: %v", id, err)
+				}
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			logs, _ := os.ReadFile(logPath)
+			t.Logf("kiln serve log (warnings and errors):\n%s", GrepErrors(logs))
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(logPath)
+			t.Fatalf("kiln serve did not come up: %v\n%s", err, logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case s.Key = <-keyc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("kiln serve printed no admin key")
+	}
+	s.Client = client.New(s.URL, s.Key)
+	return s
+}
+
+// Alive lists the ids of the server's sandboxes that are not stopped or
+// failed; the server has its own data dir, so they are all the test's.
+func (s *Server) Alive(t testing.TB) []string {
+	t.Helper()
+	var ids []string
+	f := client.ListFilter{States: []string{"creating", "running", "paused"}}
+	for sb, err := range s.Client.AllSandboxes(context.Background(), f) {
+		if err != nil {
+			t.Errorf("listing sandboxes: %v", err)
+			break
+		}
+		ids = append(ids, sb.ID)
+	}
+	return ids
+}
+
+// GrepErrors keeps the warning and error lines of kiln serve's JSON log.
+func GrepErrors(logs []byte) string {
+	var out []string
+	for _, l := range strings.Split(string(logs), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -1,0 +1,200 @@
+// The code interpreter through @e2b/code-interpreter's Sandbox.runCode and
+// its contexts: state, stdout/stderr, rich results (pandas, matplotlib),
+// errors, streaming callbacks, env vars, timeouts.
+import assert from 'node:assert/strict'
+import { before } from 'node:test'
+import { ci, e2b, sandbox, test, until } from '../lib/sdk.mjs'
+
+const { Sandbox } = ci
+const { NotFoundError, TimeoutError } = e2b
+
+let sbx
+before(async () => {
+  sbx = await sandbox(Sandbox, { metadata: { file: 'code' } })
+})
+
+test('runCode keeps state across calls', async () => {
+  const first = await sbx.runCode('x = 41')
+  assert.equal(first.error, undefined)
+  assert.deepEqual(first.results, [])
+  const second = await sbx.runCode('x + 1')
+  assert.equal(second.text, '42')
+  assert.equal(second.results.length, 1)
+  assert.equal(second.results[0].isMainResult, true)
+  assert.deepEqual(second.logs, { stdout: [], stderr: [] })
+  assert.ok(second.executionCount > first.executionCount, `execution counts ${first.executionCount}, ${second.executionCount}`)
+})
+
+test('runCode collects stdout and stderr', async () => {
+  const ex = await sbx.runCode('import sys\nprint("out")\nprint("err", file=sys.stderr)')
+  assert.deepEqual(ex.logs.stdout, ['out\n'])
+  assert.deepEqual(ex.logs.stderr, ['err\n'])
+  assert.equal(ex.text, undefined)
+})
+
+test('runCode returns a pandas DataFrame as text and html', async () => {
+  const ex = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})')
+  assert.equal(ex.error, undefined)
+  const [df] = ex.results
+  assert.equal(df.isMainResult, true)
+  assert.equal(df.text, '   a  b\n0  1  x\n1  2  y')
+  assert.match(df.html, /<table[^>]*class="dataframe"/)
+  assert.match(df.html, /<th>a<\/th>\s*<th>b<\/th>/)
+  assert.match(df.html, /<td>2<\/td>\s*<td>y<\/td>/)
+  assert.ok(df.formats().includes('html'))
+})
+
+test('runCode returns a pandas DataFrame as data', async () => {
+  const ex = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", "y"]})')
+  assert.deepEqual(ex.results[0].data, { a: [1, 2], b: ['x', 'y'] })
+})
+
+const plot = `
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [1, 4, 9], label="squares")
+plt.title("Squares")
+plt.xlabel("x (s)")
+plt.ylabel("y")
+plt.show()
+`
+
+test('runCode returns a matplotlib figure as PNG', async () => {
+  const ex = await sbx.runCode(plot)
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.results.length, 1)
+  const [fig] = ex.results
+  assert.equal(fig.isMainResult, false)
+  assert.match(fig.text, /^<Figure size \d+x\d+ with 1 Axes>$/)
+  const png = Buffer.from(fig.png, 'base64')
+  assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+  assert.equal(png.subarray(12, 16).toString(), 'IHDR')
+  assert.ok(png.readUInt32BE(16) > 100 && png.readUInt32BE(20) > 100, 'PNG dimensions')
+  assert.ok(fig.formats().includes('png'))
+})
+
+test('runCode returns the chart data of a matplotlib figure', async () => {
+  const [fig] = (await sbx.runCode(plot)).results
+  const chart = fig.chart
+  assert.ok(chart, 'no chart on the figure result')
+  assert.equal(chart.type, 'line')
+  assert.equal(chart.title, 'Squares')
+  assert.equal(chart.x_label, 'x (s)')
+  assert.equal(chart.x_unit, 's')
+  assert.equal(chart.elements.length, 1)
+  assert.equal(chart.elements[0].label, 'squares')
+  assert.deepEqual(chart.elements[0].points, [[1, 1], [2, 4], [3, 9]])
+})
+
+test('runCode reports a Python exception as ExecutionError and keeps state', async () => {
+  const seen = []
+  const ex = await sbx.runCode('print("before")\n1 / 0', { onError: (e) => seen.push(e) })
+  assert.equal(ex.error.name, 'ZeroDivisionError')
+  assert.equal(ex.error.value, 'division by zero')
+  assert.match(ex.error.traceback, /ZeroDivisionError/)
+  assert.deepEqual(ex.logs.stdout, ['before\n'])
+  assert.deepEqual(ex.results, [])
+  assert.deepEqual(seen.map((e) => e.name), ['ZeroDivisionError'])
+
+  const undef = await sbx.runCode('no_such_name')
+  assert.equal(undef.error.name, 'NameError')
+  assert.equal(undef.error.value, "name 'no_such_name' is not defined")
+
+  await sbx.runCode('kept = "yes"')
+  await sbx.runCode('raise ValueError("boom")')
+  assert.equal((await sbx.runCode('kept')).text, 'yes')
+})
+
+test('onStdout streams output while the code still runs', async () => {
+  // The code prints, then waits for a file that only the onStdout callback
+  // creates: it finishes with "released" only if the first line was
+  // delivered before the execution ended.
+  const lines = []
+  let released
+  const ex = await sbx.runCode(
+    `
+import os, time
+print("waiting", flush=True)
+for _ in range(400):
+    if os.path.exists("/tmp/released"):
+        print("released")
+        break
+    time.sleep(0.05)
+else:
+    print("never released")
+`,
+    {
+      onStdout: (m) => {
+        lines.push(m.line)
+        if (m.line.includes('waiting')) released = sbx.files.write('/tmp/released', 'go')
+      },
+    }
+  )
+  await released
+  assert.deepEqual(ex.logs.stdout, ['waiting\n', 'released\n'])
+  assert.deepEqual(lines, ['waiting\n', 'released\n'])
+})
+
+test('onStderr and onResult callbacks see the output', async () => {
+  const errs = []
+  const results = []
+  await sbx.runCode('import sys\nsys.stderr.write("warn\\n")\n6 * 7', {
+    onStderr: (m) => errs.push(m),
+    onResult: (r) => results.push(r),
+  })
+  assert.deepEqual(errs.map((m) => [m.line, m.error]), [['warn\n', true]])
+  assert.deepEqual(results.map((r) => r.text), ['42'])
+})
+
+test('runCode sets envs for one execution only', async () => {
+  const ex = await sbx.runCode('import os\nos.environ.get("E2E_VAR")', { envs: { E2E_VAR: 'only-now' } })
+  assert.equal(ex.text, 'only-now')
+  const after = await until(async () => {
+    const t = (await sbx.runCode('import os\nstr(os.environ.get("E2E_VAR"))')).text
+    return t === 'None' && t
+  }, 5_000)
+  assert.equal(after, 'None')
+})
+
+test('contexts are isolated, have their own cwd, can be listed, restarted and removed', async () => {
+  const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+  assert.equal(typeof ctx.id, 'string')
+  assert.equal(ctx.language, 'python')
+  assert.equal(ctx.cwd, '/tmp')
+
+  await sbx.runCode('secret = "in ctx"', { context: ctx })
+  assert.equal((await sbx.runCode('secret', { context: ctx })).text, 'in ctx')
+  assert.equal((await sbx.runCode('secret')).error?.name, 'NameError')
+  assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text, '/tmp')
+  assert.equal((await sbx.runCode('import os\nos.getcwd()')).text, '/home/user')
+
+  const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+  assert.ok(ids.includes(ctx.id), `${ctx.id} not in ${ids}`)
+
+  await sbx.restartCodeContext(ctx)
+  assert.equal((await sbx.runCode('secret', { context: ctx })).error?.name, 'NameError')
+
+  await sbx.removeCodeContext(ctx)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+  // requestTimeoutMs 0: the SDK leaves its request timer armed when the
+  // request fails, which would keep node alive for the default 60 s.
+  await assert.rejects(sbx.runCode('1', { context: ctx, requestTimeoutMs: 0 }), (err) => err instanceof NotFoundError)
+})
+
+test('runCode runs JavaScript with language js', async () => {
+  const ex = await sbx.runCode('const a = 20\nconsole.log("from node")\na * 2 + 2', { language: 'js' })
+  assert.equal(ex.error, undefined)
+  assert.deepEqual(ex.logs.stdout, ['from node\n'])
+  assert.equal(ex.text, '42')
+})
+
+test('runCode timeoutMs aborts a long execution with TimeoutError and interrupts it', async () => {
+  await sbx.runCode('finished = False')
+  await assert.rejects(
+    sbx.runCode('import time\nfor _ in range(300):\n    time.sleep(0.1)\nfinished = True', { timeoutMs: 2_000 }),
+    (err) => err instanceof TimeoutError && /Execution timed out/.test(err.message)
+  )
+  // The server interrupts the kernel when the client goes away, so the
+  // next execution runs at once and the loop never finished.
+  const ex = await sbx.runCode('finished')
+  assert.equal(ex.text, 'False')
+})
