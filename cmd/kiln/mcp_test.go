@@ -69,6 +69,29 @@ func TestLLMTools(t *testing.T) {
 		}
 	})
 
+	// --sandbox: the session uses a given sandbox and leaves it running.
+	t.Run("stdio --sandbox", func(t *testing.T) {
+		sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Timeout: 120})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.KillSandbox(ctx, sb.ID)
+		cmd := exec.Command(kiln, "mcp", "--url", url, "--api-key", key, "--sandbox", sb.ID)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+			Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "hostname"}})
+		if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, sb.ID) {
+			t.Fatalf("hostname: %+v, %v", res, err)
+		}
+		cs.Close()
+		if got, err := c.GetSandbox(ctx, sb.ID); err != nil || got.State != "running" {
+			t.Errorf("the given sandbox after the session: %+v, %v", got, err)
+		}
+	})
+
 	t.Run("http", func(t *testing.T) {
 		// No key: the route's auth answers before MCP does, and the SDK
 		// client cannot connect.
