@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -96,6 +97,10 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	case r.Context().Err() != nil:
 		return // the client went away; the agent interrupted the code
+	case errors.Is(err, channel.ErrSessionClosed):
+		// The sandbox was killed or paused meanwhile: tear the connection
+		// down as E2B's proxy does; the SDK then finds it not running.
+		panic(http.ErrAbortHandler)
 	case !st.begun():
 		if errors.Is(err, errdefs.ErrNotFound) && req.ContextID != "" {
 			http.Error(w, fmt.Sprintf("Context %s not found", req.ContextID), http.StatusNotFound)

@@ -117,6 +117,14 @@ func TestExecute(t *testing.T) {
 		}
 	})
 
+	t.Run("keepalive", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "import time\ntime.sleep(6)\n'awake'"})
+		if len(ofType(lines, "keepalive")) == 0 || mainText(lines) != "awake" {
+			t.Errorf("6 s of silence: lines %v, want a keepalive line before the result", lines)
+		}
+	})
+
 	t.Run("error", func(t *testing.T) {
 		h := h.with(t)
 		lines, _ := execute(h, sb, map[string]any{"code": "undefined_name"})

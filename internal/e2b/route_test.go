@@ -1,12 +1,16 @@
 package e2b_test
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,4 +166,27 @@ func TestPauseResume(t *testing.T) {
 	}
 	h.api("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", h.a, nil, http.StatusOK, nil)
 	h.api("POST", "/sandboxes/"+sb.SandboxID+"/resume", h.a, nil, http.StatusConflict, nil)
+
+	// Killed during an execution: the connection is torn down, not ended
+	// cleanly, so the SDK goes on to find the sandbox gone.
+	body, _ := json.Marshal(map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"})
+	req, _ := http.NewRequest("POST", h.ts.URL+"/execute", bytes.NewReader(body))
+	hdr := jupyter(sb, true)
+	for i := 0; i < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := h.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if line, err := rd.ReadString('\n'); err != nil || !strings.Contains(line, "started") {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	h.api("DELETE", "/sandboxes/"+sb.SandboxID, h.a, nil, http.StatusNoContent, nil)
+	rest, err := io.ReadAll(rd)
+	if err == nil || strings.Contains(string(rest), "end_of_execution") {
+		t.Errorf("after the kill the stream went on: %q, %v; want it torn down", rest, err)
+	}
 }
