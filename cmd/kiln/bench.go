@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,8 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	jsonOut := fs.String("json", "docs/benchmarks.json", "JSON report to write (\"\" for none)")
 	load := fs.Bool("load", true, "also load the API: concurrent creates and commands through a real server")
 	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
+	warm := fs.Bool("warm", true, "code-interpreter creates on runsc: cold, from the warm template, from a pool")
+	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
 	lo := bench.LoadOptions{}
 	fs.StringVar(&lo.Runtime, "load-runtime", "runsc", "runtime of the load run")
 	fs.IntVar(&lo.Sandboxes, "load-sandboxes", 50, "sandboxes created concurrently in the load run")
@@ -58,7 +61,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	target := bench.Manager(m)
 	if *serverURL != "" {
 		target = bench.Server(*serverURL, config.Env("KILN_API_KEY"))
-		*core, *load, *code = false, false, false
+		*core, *load, *code, *warm = false, false, false, false
 	}
 
 	if *core {
@@ -111,6 +114,13 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			return err
 		}
 		rep.Add("code_interpreter", res)
+	}
+	if *warm && slices.Contains(runtimes, "runsc") {
+		res, err := bench.Warm(ctx, m, "code-interpreter", *warmN, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("warm", res)
 	}
 	if *load {
 		lo.Config = cfg

@@ -41,6 +41,10 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&cfg.Server.Store, "store", cfg.Server.Store, `"sqlite" (DATA_DIR/kiln.db), "sqlite:/abs/path" or "postgres://…" (KILN_STORE)`)
 	fs.StringVar(&cfg.Runtime, "runtime", cfg.Runtime, "default runtime: runsc or runc (KILN_RUNTIME)")
 	fs.DurationVar(&cfg.Server.ShutdownGrace, "shutdown-grace", cfg.Server.ShutdownGrace, "how long streams may run on after SIGTERM (KILN_SHUTDOWN_GRACE)")
+	if cfg.Server.Pools == nil {
+		cfg.Server.Pools = config.Pools{}
+	}
+	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template, e.g. "code-interpreter=2,base=4" (KILN_POOL)`)
 	fs.BoolVar(&cfg.Network.Enable, "network", cfg.Network.Enable, "set up sandbox networking: NAT, egress policy, exposed ports (KILN_NETWORK=on)")
 	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode, `network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT)`)
 	debug := fs.Bool("debug", false, "log at debug level")
@@ -83,6 +87,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	// Sandboxes keep running: the next start re-adopts them.
 	defer m.Close()
+	// Warm checkpoints missing (e.g. after an upgrade of kiln or runsc) are
+	// built in the background; pools fill once their template's is there.
+	warmed := make(chan struct{})
+	go func() {
+		defer close(warmed)
+		m.WarmTemplates(ctx)
+		if len(cfg.Server.Pools) > 0 && ctx.Err() == nil {
+			m.StartPools(cfg.Server.Pools)
+		}
+	}()
+	defer func() { <-warmed }()
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)

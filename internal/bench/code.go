@@ -31,7 +31,7 @@ func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, pro
 		fmt.Fprintf(progress, "bench: code interpreter on %s\n", rt)
 		r := CodeResult{Runtime: rt}
 		start := time.Now()
-		sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "code-interpreter", Runtime: rt})
+		sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "code-interpreter", Runtime: rt, Cold: true})
 		if err != nil {
 			return nil, err
 		}

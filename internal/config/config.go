@@ -72,6 +72,10 @@ type Server struct {
 	// after SIGTERM before their contexts are cancelled
 	// (KILN_SHUTDOWN_GRACE).
 	ShutdownGrace time.Duration
+	// Pools are the sizes of the pools of ready sandboxes per template
+	// (KILN_POOL, e.g. "code-interpreter=2"; default none).
+	Pools    Pools
+	poolsErr error // a malformed KILN_POOL, for Validate
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -209,6 +213,7 @@ func FromEnv() Config {
 		}
 		c.Limits.MaxSnapshotBytes = n
 	}
+	c.Server.Pools, c.Server.poolsErr = ParsePools(os.Getenv("KILN_POOL"))
 	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -290,6 +295,9 @@ func (s Server) validate() error {
 	}
 	if s.DefaultMaxMemoryBytes < 64*MiB {
 		errs = append(errs, errors.New("default max memory per key (KILN_MAX_MEMORY) must be a size of at least 64M"))
+	}
+	if s.poolsErr != nil {
+		errs = append(errs, fmt.Errorf("KILN_POOL: %w", s.poolsErr))
 	}
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))

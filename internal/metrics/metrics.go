@@ -66,6 +66,9 @@ func New(src Source) *Metrics {
 		m.reg.MustRegister(&sandboxCollector{src: src})
 	}
 	m.ops = registerOps(m.reg, src)
+	if ps, ok := src.(PoolSource); ok {
+		m.reg.MustRegister(&poolCollector{src: ps})
+	}
 	return m
 }
 

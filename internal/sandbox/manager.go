@@ -80,6 +80,10 @@ type Manager struct {
 	// snapMu orders snapshot records and files: restores from snapshots
 	// hold it shared, deletes and retention checks exclusively.
 	snapMu sync.RWMutex
+
+	warm  warmBuilds // warm checkpoint builds (warm.go)
+	pools *pools     // ready sandboxes per template (pool.go); guarded by mu
+
 }
 
 // box is the live state of one sandbox.
@@ -199,7 +203,8 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	maps.Copy(env, opts.Env)
 
-	if _, err := m.networkMode(opts.Network); err != nil {
+	netMode, err := m.networkMode(opts.Network)
+	if err != nil {
 		return Sandbox{}, err
 	}
 
@@ -212,6 +217,11 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
+	if netMode == NetworkNone && !opts.Cold { // pooled sandboxes have no network
+		if sb, ok, err := m.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
+			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
+		}
+	}
 
 	var undo []func(context.Context) error
 	defer func() {
@@ -246,38 +256,56 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
+	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, &undo)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	undo = append(undo, func(context.Context) error { return conn.Close() })
+	if err := m.configureDNS(ctx, id, conn); err != nil {
+		return Sandbox{}, err
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
+		return Sandbox{}, err
+	}
+	b.conn = conn
+	go m.watch(b, conn)
+	from := "boot"
+	if warm {
+		from = "warm checkpoint"
+	}
+	log.Info("sandbox created", "template", tmpl.Name, "from", from, "launch", time.Since(t0), "total", time.Since(now))
+	return b.rec, nil
+}
+
+// boot makes b's writable layer over tmpl, its bundle and container, and
+// waits for its agent's handshake, pushing an undo step for each.
+func (m *Manager) boot(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, undo *[]func(context.Context) error) (*channel.Conn, error) {
+	id, limits := b.rec.ID, b.rec.Limits
+	t0 := time.Now()
 	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
 	if err != nil {
-		return Sandbox{}, fmt.Errorf("mounting writable layer: %w", err)
+		return nil, fmt.Errorf("mounting writable layer: %w", err)
 	}
-	undo = append(undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
+	*undo = append(*undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
 
 	var pidsCgroup string
 	if rt.Name() == "runc" {
 		if pidsCgroup, err = makeUserPidsCgroup(id, limits.Pids); err != nil {
-			return Sandbox{}, err
+			return nil, err
 		}
-		undo = append(undo, func(context.Context) error { return removeUserPidsCgroup(id) })
+		*undo = append(*undo, func(context.Context) error { return removeUserPidsCgroup(id) })
 	}
-	bundle := &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
-		Rootfs:      layer.Rootfs(),
-		Args:        []string{agentBinary},
-		Env:         m.agentEnv(b.rec),
-		Cwd:         "/",
-		Hostname:    id.String(),
-		Limits:      m.runtimeLimits(rt.Name(), limits),
-		CgroupsPath: cgroupsPath(id),
-		AgentDir:    m.agentDir,
-		PidsCgroup:  pidsCgroup,
-		NetNS:       m.netNS(id),
-	})}
+	bundle := m.bundle(b, rt, layer.Rootfs(), pidsCgroup)
 	if err := bundle.Write(); err != nil {
-		return Sandbox{}, err
+		return nil, err
 	}
-	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	*undo = append(*undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
 	t1 := time.Now()
 	if err := m.start(ctx, rt, id, bundle); err != nil {
-		return Sandbox{}, err
+		return nil, err
 	}
 
 	// Learn the runtime's processes (for reaping them later) while the
@@ -296,23 +324,11 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	conn, err := connect(cctx, b.dir, true)
 	b.pids = <-pidsc
 	if err != nil {
-		return Sandbox{}, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
+		return nil, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
 	}
-	undo = append(undo, func(context.Context) error { return conn.Close() })
-	if err := m.configureDNS(ctx, id, conn); err != nil {
-		return Sandbox{}, err
-	}
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
-		return Sandbox{}, err
-	}
-	b.conn = conn
-	go m.watch(b, conn)
-	log.Info("sandbox created", "template", tmpl.Name, "layer", t1.Sub(t0), "start", t2.Sub(t1),
-		"agent", time.Since(t2), "total", time.Since(now))
-	return b.rec, nil
+	*undo = append(*undo, func(context.Context) error { return conn.Close() })
+	m.log.Debug("sandbox booted", "sandbox_id", id, "layer", t1.Sub(t0), "start", t2.Sub(t1), "agent", time.Since(t2))
+	return conn, nil
 }
 
 // start creates and starts the container with the agent's stdio on two
@@ -567,6 +583,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 // them.
 func (m *Manager) Close() {
 	m.closeOnce.Do(func() { close(m.done) })
+	m.closePools() // pooled sandboxes have no record: destroy them
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = make(map[ID]*box)

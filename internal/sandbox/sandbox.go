@@ -68,6 +68,9 @@ type CreateOptions struct {
 	// Manager.Snapshot); it fixes template, runtime and limits, and Env
 	// is laid over the snapshot's.
 	Snapshot string
+	// Cold boots the sandbox even if a warm checkpoint or pool of its
+	// template could serve it (benchmarks compare against it).
+	Cold bool
 	// Network: nil or a zero Mode takes the server's default.
 	Network *NetworkOptions
 }

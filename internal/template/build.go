@@ -39,6 +39,9 @@ func Build(ctx context.Context, dataDir string, r *Recipe, opts BuildOptions) (*
 	if !opts.Force {
 		if t, err := readBuild(final); err == nil {
 			fmt.Fprintf(out, "template %s: up to date (%s)\n", r.Name, hash)
+			if err := updateWarm(t, r.Warm); err != nil {
+				return nil, err
+			}
 			return t, setCurrent(tdir, hash)
 		}
 	}
@@ -82,7 +85,7 @@ func Build(ctx context.Context, dataDir string, r *Recipe, opts BuildOptions) (*
 			return nil, fmt.Errorf("running build step %q: %w", s, err)
 		}
 	}
-	t := &Template{Name: r.Name, Hash: hash, Defaults: r.Defaults}
+	t := &Template{Name: r.Name, Hash: hash, Defaults: r.Defaults, Warm: r.Warm}
 	b, _ := json.MarshalIndent(t, "", "  ")
 	if err := os.WriteFile(filepath.Join(work, manifestName), b, 0o644); err != nil {
 		return nil, fmt.Errorf("writing template manifest: %w", err)
@@ -97,6 +100,7 @@ func Build(ctx context.Context, dataDir string, r *Recipe, opts BuildOptions) (*
 		return nil, err
 	}
 	fmt.Fprintf(out, "template %s: built %s in %s\n", r.Name, hash, time.Since(start).Round(time.Second))
+	t.Dir = final
 	t.Rootfs = filepath.Join(final, "rootfs")
 	return t, nil
 }

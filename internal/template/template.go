@@ -31,6 +31,12 @@ type Recipe struct {
 	// packages are installed.
 	Steps    []string `json:"steps,omitempty"`
 	Defaults Defaults `json:"defaults"`
+	// Warm, if set, makes this a warm template: after the root filesystem
+	// is built, a sandbox is booted from it, the warm step run, and its
+	// checkpoint stored, so sandboxes are restored from it instead of
+	// booted (see warm.go). It is not part of Hash: changing it never
+	// rebuilds the root filesystem.
+	Warm *Warm `json:"warm,omitempty"`
 }
 
 // Defaults are what a sandbox made from the template starts with unless
@@ -51,10 +57,12 @@ const builderVersion = 1
 
 // Hash identifies the recipe's output.
 func (r *Recipe) Hash() string {
+	rootfs := *r
+	rootfs.Warm = nil
 	b, _ := json.Marshal(struct {
 		V int
 		R *Recipe
-	}{builderVersion, r})
+	}{builderVersion, &rootfs})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
@@ -125,6 +133,12 @@ func CodeInterpreter() *Recipe {
 	}
 	r.Defaults.MemoryBytes = 1 << 30
 	r.Defaults.DiskBytes = 4 << 30
+	// Sandboxes start with the Python kernel up and the data stack
+	// imported (into sys.modules, not the user's namespace).
+	r.Warm = &Warm{
+		Language: "python",
+		Code:     "import numpy, pandas, matplotlib.pyplot\ndel numpy, pandas, matplotlib",
+	}
 	return r
 }
 
@@ -141,8 +155,10 @@ func Builtin() map[string]*Recipe {
 type Template struct {
 	Name     string   `json:"name"`
 	Hash     string   `json:"hash"`
+	Dir      string   `json:"-"` // the build's dir: rootfs/, template.json, warm/
 	Rootfs   string   `json:"-"`
 	Defaults Defaults `json:"defaults"`
+	Warm     *Warm    `json:"warm,omitempty"`
 }
 
 // manifest is written next to a finished rootfs; its presence marks the
@@ -176,6 +192,7 @@ func readBuild(dir string) (*Template, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, fmt.Errorf("decoding template manifest %s: %w", dir, err)
 	}
+	t.Dir = dir
 	t.Rootfs = filepath.Join(dir, "rootfs")
 	return &t, nil
 }

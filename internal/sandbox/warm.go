@@ -1,0 +1,399 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/rootfs"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Warm templates. A template whose recipe has a warm step (template.Warm)
+// gets a warm checkpoint: a sandbox booted from it ran the step (e.g.
+// started the Python kernel and imported pandas) and was checkpointed,
+// memory image and writable layer, into the template's build dir. A create
+// from the template restores a copy of that checkpoint instead of booting
+// (like a fork of it). The checkpoint is only usable by the same runsc
+// build and flags and the same agent build (restore re-opens the agent's
+// bind mount by path, and the sentry's state must match), so it is kept
+// under a key of the step and those; without a usable one, or when a
+// restore fails, sandboxes boot cold (with a log line).
+
+// warmSandboxes serialises warm builds per template.
+type warmBuilds struct {
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+
+	keyOnce sync.Once
+	env     []string // what checkpoints depend on besides the step; see warmEnv
+}
+
+// warmEnv is what a warm checkpoint depends on besides its step: the runsc
+// build (its version output and size) and flags, and the agent build.
+func (m *Manager) warmEnv() []string {
+	w := &m.warm
+	w.keyOnce.Do(func() {
+		out, _ := exec.Command(m.cfg.RunscPath, "--version").Output()
+		size := int64(-1)
+		if p, err := exec.LookPath(m.cfg.RunscPath); err == nil {
+			if fi, err := os.Stat(p); err == nil {
+				size = fi.Size()
+			}
+		}
+		w.env = []string{
+			"runsc " + strings.TrimSpace(string(out)) + " size " + strconv.FormatInt(size, 10),
+			"flags " + m.cfg.RunscPlatform + " " + strings.Join(m.cfg.RunscExtraFlags, " "),
+			"agent " + filepath.Base(m.agentDir),
+		}
+	})
+	return w.env
+}
+
+// warmKey is the key of tmpl's warm checkpoint on this host.
+func (m *Manager) warmKey(tmpl *template.Template) string { return tmpl.Warm.Key(m.warmEnv()...) }
+
+// warmCheckpoint returns the usable warm checkpoint of tmpl for a sandbox
+// of runtime rt with limits l, or nil and why there is none ("" when tmpl
+// has no warm step).
+func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limits) (*template.Checkpoint, string) {
+	if tmpl.Warm == nil {
+		return nil, ""
+	}
+	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
+		return nil, rt.Name() + " cannot restore checkpoints"
+	}
+	c, err := tmpl.Checkpoint(m.warmKey(tmpl))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "no warm checkpoint for this runsc and agent build (kiln template build " + tmpl.Name + ")"
+	}
+	if err != nil {
+		return nil, err.Error()
+	}
+	// The layer image has the checkpoint's size, and the agent's memory
+	// and pids guards keep the checkpointed limits.
+	if cl := c.Limits; l.DiskBytes != cl.DiskBytes || l.MemoryBytes != cl.MemoryBytes || l.Pids != cl.Pids {
+		return nil, "the sandbox's disk, memory or pids limit differs from the warm checkpoint's"
+	}
+	return c, ""
+}
+
+// launch gives b (whose record and dir exist) a writable layer, a bundle
+// and a running container whose agent answers, pushing an undo step for
+// each. With tryWarm it restores tmpl's warm checkpoint when there is a
+// usable one; otherwise (or if that fails) it boots the agent. It reports
+// which it did.
+func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm bool, undo *[]func(context.Context) error) (_ *channel.Conn, warm bool, _ error) {
+	log := m.log.With("sandbox_id", b.rec.ID, "template", tmpl.Name)
+	if !tryWarm {
+		conn, err := m.boot(ctx, b, rt, tmpl, undo)
+		return conn, false, err
+	}
+	c, why := m.warmCheckpoint(tmpl, rt, b.rec.Limits)
+	if c != nil && m.netNS(b.rec.ID) != "" {
+		// Warm checkpoints are made without a network; a restored
+		// netstack keeps the checkpoint's interfaces.
+		c, why = nil, "networked sandboxes boot cold"
+	}
+	if c != nil {
+		conn, err := m.restoreWarm(ctx, b, rt, tmpl, c, undo)
+		if err == nil {
+			return conn, true, nil
+		}
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		why = "restoring the warm checkpoint failed: " + err.Error()
+	}
+	if why != "" {
+		log.Info("booting cold", "reason", why)
+	}
+	conn, err := m.boot(ctx, b, rt, tmpl, undo)
+	return conn, false, err
+}
+
+// restoreWarm restores b from the warm checkpoint c: a copy of its layer
+// image, a bundle of b's own (hostname, cgroup, limits), runsc restore on
+// new FIFOs, a session and the identify call that gives the agent b's id
+// and env. On failure it leaves b's dir empty; on success it pushes its
+// undo steps.
+func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, c *template.Checkpoint, undo *[]func(context.Context) error) (_ *channel.Conn, err error) {
+	var mine []func(context.Context) error
+	mine = append(mine, func(context.Context) error { return clearDir(b.dir) })
+	defer func() {
+		if err == nil {
+			*undo = append(*undo, mine...)
+		} else {
+			m.undoAll(ctx, "unwinding failed warm restore", b.rec.ID, mine)
+		}
+	}()
+	id := b.rec.ID
+	t0 := time.Now()
+	layer, err := rootfs.MountImage(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), c.Disk())
+	if err != nil {
+		return nil, fmt.Errorf("mounting writable layer: %w", err)
+	}
+	mine = append(mine, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
+	bundle := m.bundle(b, rt, layer.Rootfs(), "")
+	if err := bundle.Write(); err != nil {
+		return nil, err
+	}
+	mine = append(mine, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	files, err := openStdio(b.dir)
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	err = rt.(oci.Checkpointer).Restore(ctx, id.String(), bundle, c.Image(), oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("restoring warm checkpoint: %w", err)
+	}
+	if st, err := rt.State(ctx, id.String()); err == nil {
+		b.pids = append([]int{st.Pid}, st.HelperPids...)
+	}
+	t2 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, err := connect(cctx, b.dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
+	}
+	mine = append(mine, func(context.Context) error { return conn.Close() })
+	t3 := time.Now()
+	if err := m.identify(ctx, conn, b.rec); err != nil {
+		return nil, err
+	}
+	t4 := time.Now()
+	if err := warmKernelEnv(ctx, &Agent{conn: conn}, tmpl.Warm, b.rec, true); err != nil {
+		return nil, err
+	}
+	m.log.Debug("sandbox restored from warm checkpoint", "sandbox_id", id, "layer", t1.Sub(t0), "restore", t2.Sub(t1),
+		"connect", t3.Sub(t2), "identify", t4.Sub(t3), "kernel_env", time.Since(t4))
+	return conn, nil
+}
+
+// warmKernelEnv gives the kernel that the warm step started (running since
+// the checkpoint, so identify does not reach it) the sandbox's id and env,
+// and with reseed new random seeds: every restore of a checkpoint would
+// otherwise draw the same "random" numbers. Only Python kernels are warmed
+// this way today; other languages' kernels are left as they are.
+func warmKernelEnv(ctx context.Context, a *Agent, w *template.Warm, rec Sandbox, reseed bool) error {
+	if w == nil || w.Code == "" || w.Language != "python" {
+		return nil
+	}
+	env := map[string]string{"KILN_SANDBOX_ID": rec.ID.String()}
+	for k, v := range rec.Env {
+		env[k] = v
+	}
+	b, _ := json.Marshal(env)
+	code := fmt.Sprintf(`(lambda os, new: os.environ.update(new))(__import__("os"), %s)`, b)
+	if reseed {
+		code += "\n" + `(lambda sys: (__import__("random").seed(), sys.modules["numpy"].random.seed() if "numpy" in sys.modules else None) and None)(__import__("sys"))`
+	}
+	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
+	defer cancel()
+	if err := runCode(ctx, a, wire.ExecuteParams{Language: w.Language, Code: code}); err != nil {
+		return fmt.Errorf("setting the warm kernel's environment: %w", err)
+	}
+	return nil
+}
+
+// runCode executes code and returns its exception, if any, as an error.
+func runCode(ctx context.Context, a *Agent, p wire.ExecuteParams) error {
+	var failed *api.ExecutionError
+	_, err := a.Execute(ctx, p, func(ev api.Event) error {
+		if ev.ExecutionError != nil {
+			failed = ev.ExecutionError
+		}
+		return nil
+	})
+	if err == nil && failed != nil {
+		err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
+	}
+	return err
+}
+
+// undoAll runs undo steps in reverse order with a detached context (the
+// caller's may be what failed), logging the ones that fail.
+func (m *Manager) undoAll(ctx context.Context, msg string, id ID, undo []func(context.Context) error) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for i := len(undo) - 1; i >= 0; i-- {
+		if err := undo[i](uctx); err != nil {
+			m.log.Error(msg, "sandbox_id", id, "err", err)
+		}
+	}
+}
+
+// bundle is the OCI bundle of b on the layer mounted at root: the agent as
+// PID 1 with b's env, hostname b's id, cgroup /kiln/<id> with b's limits.
+// pidsCgroup is runc's user pids cgroup ("" for runsc).
+func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string) *oci.Bundle {
+	return &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
+		Rootfs:      root,
+		Args:        []string{agentBinary},
+		Env:         m.agentEnv(b.rec),
+		Cwd:         "/",
+		Hostname:    b.rec.ID.String(),
+		Limits:      m.runtimeLimits(rt.Name(), b.rec.Limits),
+		CgroupsPath: cgroupsPath(b.rec.ID),
+		AgentDir:    m.agentDir,
+		PidsCgroup:  pidsCgroup,
+		NetNS:       m.netNS(b.rec.ID),
+	})}
+}
+
+// BuildWarm makes the warm checkpoint of the named template for this
+// host's runsc and agent unless it exists: it boots a sandbox from the
+// template with its default limits, runs the warm step, checkpoints it
+// (memory image and a copy of its layer) into the template's build dir and
+// destroys it. Concurrent builds of one template wait for each other.
+func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpoint, error) {
+	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+	if err != nil {
+		return nil, err
+	}
+	if tmpl.Warm == nil {
+		return nil, fmt.Errorf("template %s has no warm step: %w", name, errdefs.ErrInvalidArgument)
+	}
+	rt := m.runtimes["runsc"]
+	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
+		return nil, fmt.Errorf("warm templates need runsc (checkpoint/restore): %w", errdefs.ErrFailedPrecondition)
+	}
+	lock := m.warm.lock(tmpl.Dir)
+	lock.Lock()
+	defer lock.Unlock()
+	key := m.warmKey(tmpl)
+	if c, err := tmpl.Checkpoint(key); err == nil {
+		return c, nil
+	}
+	t0 := time.Now()
+	limits, err := limitsFor(Limits{}, Limits{CPUs: tmpl.Defaults.CPUs, MemoryBytes: tmpl.Defaults.MemoryBytes, DiskBytes: tmpl.Defaults.DiskBytes}, m.cfg.Limits)
+	if err != nil {
+		return nil, err
+	}
+	b, err := m.hiddenBox(ctx, tmpl, rt, limits, false)
+	if err != nil {
+		return nil, fmt.Errorf("booting the warm build sandbox: %w", err)
+	}
+	defer m.discard(context.WithoutCancel(ctx), b)
+	wctx, cancel := context.WithTimeout(ctx, tmpl.Warm.Timeout())
+	defer cancel()
+	if err := runWarmStep(wctx, &Agent{conn: b.conn}, tmpl.Warm); err != nil {
+		return nil, fmt.Errorf("running the warm step of %s: %w%s", name, err, agentLogTail(b.dir))
+	}
+	work, err := tmpl.NewCheckpointDir()
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work) // gone once published
+	c := &template.Checkpoint{Key: key, Limits: template.Limits(limits), Dir: work}
+	if _, _, err := m.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
+		return nil, err
+	}
+	c.Runtime, c.Agent = m.warmEnv()[0], filepath.Base(m.agentDir)
+	c.CreatedAt, c.Took = time.Now().UTC(), time.Since(t0).Round(time.Millisecond).String()
+	if c, err = tmpl.PublishCheckpoint(work, c); err != nil {
+		return nil, err
+	}
+	m.log.Info("warm checkpoint built", "template", name, "key", key, "took", time.Since(t0))
+	return c, nil
+}
+
+func (w *warmBuilds) lock(key string) *sync.Mutex {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.locks == nil {
+		w.locks = map[string]*sync.Mutex{}
+	}
+	if w.locks[key] == nil {
+		w.locks[key] = &sync.Mutex{}
+	}
+	return w.locks[key]
+}
+
+// runWarmStep runs a template's warm step in a fresh sandbox: Start in the
+// background, Code in its language's default context, then Ready until it
+// succeeds.
+func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
+	if w.Start != "" {
+		started := make(chan error, 1)
+		go func() {
+			_, err := a.Exec(context.WithoutCancel(ctx), wire.ExecParams{Cmd: w.Start, Tag: "warm-start"}, func(ev api.Event) error {
+				if ev.Type == api.EventStart {
+					started <- nil
+				}
+				return nil
+			})
+			started <- err
+		}()
+		if err := <-started; err != nil {
+			return fmt.Errorf("starting %q: %w", w.Start, err)
+		}
+	}
+	if w.Code != "" {
+		p := wire.ExecuteParams{Language: w.Language, Code: w.Code, TimeoutMs: time.Until(deadline(ctx)).Milliseconds()}
+		if err := runCode(ctx, a, p); err != nil {
+			return fmt.Errorf("running the warm code: %w", err)
+		}
+	}
+	for w.Ready != "" {
+		exit, err := a.Exec(ctx, wire.ExecParams{Cmd: w.Ready, TimeoutMs: 10_000}, func(api.Event) error { return nil })
+		if err == nil && exit != nil && exit.Code == 0 && exit.Reason == api.ExitNormal {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %q to succeed: %w", w.Ready, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+func deadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(template.DefaultWarmTimeout)
+}
+
+// WarmTemplates builds, one after another, the missing warm checkpoints of
+// every built template that has a warm step (kiln serve runs it in the
+// background at start; until a checkpoint exists its template's sandboxes
+// boot cold). Failures are logged.
+func (m *Manager) WarmTemplates(ctx context.Context) {
+	ts, err := template.List(m.cfg.DataDir)
+	if err != nil {
+		m.log.Error("listing templates to warm", "err", err)
+		return
+	}
+	for _, t := range ts {
+		if t.Warm == nil || ctx.Err() != nil {
+			continue
+		}
+		if c, why := m.warmCheckpoint(t, m.runtimes["runsc"], Limits{}); c == nil && strings.HasPrefix(why, "no warm checkpoint") {
+			m.log.Info("building warm checkpoint", "template", t.Name)
+			if _, err := m.BuildWarm(ctx, t.Name); err != nil && ctx.Err() == nil {
+				m.log.Error("building warm checkpoint; its sandboxes boot cold", "template", t.Name, "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package template
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Warm is a template's warm step: what runs in a freshly booted sandbox
+// before it is checkpointed, so that sandboxes made from the template start
+// from that point (kernel up, imports done) instead of booting.
+type Warm struct {
+	// Code runs in the default context of Language, whose kernel starts
+	// first.
+	Language string `json:"language,omitempty"`
+	Code     string `json:"code,omitempty"`
+	// Start is a shell command left running in the background, e.g. a
+	// server; Ready is a shell command retried until it exits 0, e.g. a
+	// health check of what Start started.
+	Start string `json:"start,omitempty"`
+	Ready string `json:"ready,omitempty"`
+	// TimeoutSeconds bounds the whole warm step; 0 means DefaultWarmTimeout.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+}
+
+// DefaultWarmTimeout bounds a warm step that sets no timeout.
+const DefaultWarmTimeout = 2 * time.Minute
+
+// Timeout is how long the warm step may take.
+func (w *Warm) Timeout() time.Duration {
+	if w.TimeoutSeconds > 0 {
+		return time.Duration(w.TimeoutSeconds) * time.Second
+	}
+	return DefaultWarmTimeout
+}
+
+// Key identifies a warm checkpoint of the step taken with the given
+// environment (runtime version, agent build, ...): a checkpoint is only
+// usable by a host whose environment is the same.
+func (w *Warm) Key(env ...string) string {
+	b, _ := json.Marshal(struct {
+		W   *Warm
+		Env []string
+	}{w, env})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Checkpoint is a stored warm checkpoint of a template build: the memory
+// image of a sandbox that ran the warm step and a copy of its writable
+// layer. Its manifest (warm.json) is written last, so its presence marks
+// the checkpoint complete.
+type Checkpoint struct {
+	Key       string    `json:"key"`
+	Runtime   string    `json:"runtime"` // the runtime's version
+	Agent     string    `json:"agent"`   // the agent build's hash
+	Limits    Limits    `json:"limits"`  // of the sandbox that was checkpointed
+	CreatedAt time.Time `json:"created_at"`
+	Took      string    `json:"took"` // how long the warm build took
+	Dir       string    `json:"-"`
+}
+
+// Limits are the limits a warm checkpoint was taken with, in the units of
+// sandbox.Limits.
+type Limits struct {
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	DiskBytes   int64   `json:"disk_bytes"`
+	Pids        int64   `json:"pids"`
+}
+
+// Image is the checkpoint's memory image dir; Disk its layer image.
+func (c *Checkpoint) Image() string { return filepath.Join(c.Dir, "checkpoint") }
+func (c *Checkpoint) Disk() string  { return filepath.Join(c.Dir, "disk.img") }
+
+const (
+	warmDirName      = "warm"
+	warmManifestName = "warm.json"
+	warmBuildPrefix  = ".building-"
+	// keepCheckpoints is how many warm checkpoints of one template build
+	// are kept (one per agent build / runtime version in use, e.g. the
+	// installed kiln's and the tests').
+	keepCheckpoints = 3
+)
+
+// Checkpoint returns the template's warm checkpoint with key, or an
+// fs.ErrNotExist error.
+func (t *Template) Checkpoint(key string) (*Checkpoint, error) {
+	dir := filepath.Join(t.Dir, warmDirName, key)
+	b, err := os.ReadFile(filepath.Join(dir, warmManifestName))
+	if err != nil {
+		return nil, err
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("decoding warm checkpoint manifest %s: %w", dir, err)
+	}
+	if c.Key != key {
+		return nil, fmt.Errorf("warm checkpoint %s has key %q: %w", dir, c.Key, fs.ErrNotExist)
+	}
+	c.Dir = dir
+	return &c, nil
+}
+
+// NewCheckpointDir makes a private dir to build a warm checkpoint in; pass
+// it to PublishCheckpoint.
+func (t *Template) NewCheckpointDir() (string, error) {
+	parent := filepath.Join(t.Dir, warmDirName)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return "", fmt.Errorf("creating warm dir: %w", err)
+	}
+	return os.MkdirTemp(parent, warmBuildPrefix)
+}
+
+// PublishCheckpoint writes c's manifest into work (from NewCheckpointDir),
+// flushes it and moves it into place as the checkpoint with c.Key; one
+// published meanwhile by another builder wins. It then prunes the oldest
+// checkpoints beyond the few kept.
+func (t *Template) PublishCheckpoint(work string, c *Checkpoint) (*Checkpoint, error) {
+	b, _ := json.MarshalIndent(c, "", "  ")
+	if err := writeSynced(filepath.Join(work, warmManifestName), b); err != nil {
+		return nil, fmt.Errorf("writing warm checkpoint manifest: %w", err)
+	}
+	final := filepath.Join(t.Dir, warmDirName, c.Key)
+	if err := os.Rename(work, final); err != nil {
+		if existing, err2 := t.Checkpoint(c.Key); err2 == nil {
+			_ = os.RemoveAll(work)
+			return existing, nil
+		}
+		return nil, fmt.Errorf("publishing warm checkpoint: %w", err)
+	}
+	t.pruneCheckpoints(c.Key)
+	out := *c
+	out.Dir = final
+	return &out, nil
+}
+
+// pruneCheckpoints removes all but the newest checkpoints (keeping keep),
+// and builds a crash left behind.
+func (t *Template) pruneCheckpoints(keep string) {
+	parent := filepath.Join(t.Dir, warmDirName)
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	type ck struct {
+		name string
+		at   time.Time
+	}
+	var cks []ck
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), warmBuildPrefix) {
+			if time.Since(fi.ModTime()) > time.Hour {
+				_ = os.RemoveAll(filepath.Join(parent, e.Name()))
+			}
+			continue
+		}
+		if e.Name() != keep {
+			cks = append(cks, ck{e.Name(), fi.ModTime()})
+		}
+	}
+	slices.SortFunc(cks, func(a, b ck) int { return b.at.Compare(a.at) })
+	for i, c := range cks {
+		if i >= keepCheckpoints-1 {
+			_ = os.RemoveAll(filepath.Join(parent, c.name))
+		}
+	}
+}
+
+// updateWarm records a changed warm step in a cached build's manifest
+// (the root filesystem stays as it is).
+func updateWarm(t *Template, w *Warm) error {
+	if warmEqual(t.Warm, w) {
+		return nil
+	}
+	t.Warm = w
+	b, _ := json.MarshalIndent(t, "", "  ")
+	if err := writeSynced(filepath.Join(t.Dir, manifestName), b); err != nil {
+		return fmt.Errorf("updating template manifest: %w", err)
+	}
+	return nil
+}
+
+func warmEqual(a, b *Warm) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// writeSynced replaces path atomically with b, flushed to disk.
+func writeSynced(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package template
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestWarmIsNotInTheRootfsHash(t *testing.T) {
+	a, b := CodeInterpreter(), CodeInterpreter()
+	b.Warm = &Warm{Language: "python", Code: "import json"}
+	if a.Hash() != b.Hash() {
+		t.Error("changing the warm step changed the rootfs hash: the root filesystem would be rebuilt")
+	}
+	if a.Warm.Key("runsc 1", "agent a") == b.Warm.Key("runsc 1", "agent a") {
+		t.Error("changing the warm step kept its key")
+	}
+	for _, env := range [][]string{{"runsc 2", "agent a"}, {"runsc 1", "agent b"}} {
+		if a.Warm.Key("runsc 1", "agent a") == a.Warm.Key(env...) {
+			t.Errorf("key ignores %v", env)
+		}
+	}
+}
+
+// A cached build learns a new warm step without being rebuilt.
+func TestCachedBuildRecordsWarm(t *testing.T) {
+	dataDir := t.TempDir()
+	r := CodeInterpreter()
+	fakeBuild(t, dataDir, r) // manifest without a warm step, as built before warm templates
+	tmpl, err := Build(context.Background(), dataDir, r, BuildOptions{Mirror: "http://127.0.0.1:1/none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Lookup(dataDir, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Warm == nil || *got.Warm != *r.Warm || got.Dir != tmpl.Dir {
+		t.Fatalf("manifest after Build: warm %+v dir %s, want %+v in %s", got.Warm, got.Dir, r.Warm, tmpl.Dir)
+	}
+}
+
+func TestPublishCheckpoint(t *testing.T) {
+	dataDir := t.TempDir()
+	r := CodeInterpreter()
+	fakeBuild(t, dataDir, r)
+	if err := setCurrent(filepath.Join(Dir(dataDir), r.Name), r.Hash()); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := Lookup(dataDir, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmpl.Checkpoint("nope"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing checkpoint: %v", err)
+	}
+	publish := func(key string) *Checkpoint {
+		t.Helper()
+		work, err := tmpl.NewCheckpointDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, "disk.img"), []byte(key), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := tmpl.PublishCheckpoint(work, &Checkpoint{Key: key, CreatedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	keys := []string{"k1", "k2", "k3", "k4"}
+	for i, k := range keys {
+		c := publish(k)
+		if b, err := os.ReadFile(c.Disk()); err != nil || string(b) != k {
+			t.Fatalf("published disk: %q %v", b, err)
+		}
+		// Distinct mtimes, oldest first.
+		old := time.Now().Add(time.Duration(i-10) * time.Minute)
+		_ = os.Chtimes(c.Dir, old, old)
+	}
+	for i, k := range keys {
+		_, err := tmpl.Checkpoint(k)
+		if kept := i >= len(keys)-keepCheckpoints; kept != (err == nil) {
+			t.Errorf("checkpoint %s: kept=%v, err=%v", k, kept, err)
+		}
+	}
+	// Publishing a key that exists keeps the existing one.
+	if c := publish("k4"); c.Dir != filepath.Join(tmpl.Dir, "warm", "k4") {
+		t.Errorf("republished at %s", c.Dir)
+	}
+}
