@@ -37,7 +37,7 @@ const testToken = "0123456789abcdef-test-token"
 // env is one real sandbox served by an envd Handler behind a test router
 // that, like package e2b's, passes every request to ServeSandbox.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	m     *sandbox.Manager
 	sb    sandbox.Sandbox
 	url   string
@@ -53,7 +53,7 @@ func testRuntime() string {
 	return "runsc"
 }
 
-func newEnv(t *testing.T, opts sandbox.CreateOptions) *env {
+func newEnv(t testing.TB, opts sandbox.CreateOptions) *env {
 	t.Helper()
 	ocitest.RequireRoot(t)
 	cfg := config.FromEnv()
@@ -150,7 +150,7 @@ func (e *env) filesystem(user string, opts []connect.ClientOption) filesystemcon
 	return filesystemconnect.NewFilesystemClient(e.client(user), e.url, opts...)
 }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -164,7 +164,7 @@ func wantCode(t *testing.T, err error, code connect.Code) {
 	}
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(string(b))

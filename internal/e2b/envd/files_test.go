@@ -25,7 +25,7 @@ import (
 
 // do sends a plain HTTP request to the envd handler; header values are
 // set verbatim (no automatic gzip).
-func (e *env) do(t *testing.T, method, target string, hdr map[string]string, body io.Reader) (*http.Response, []byte) {
+func (e *env) do(t testing.TB, method, target string, hdr map[string]string, body io.Reader) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctxTimeout(t, time.Minute), method, e.url+target, body)
 	if err != nil {
@@ -75,6 +75,8 @@ func TestAccessToken(t *testing.T) {
 		wantBody             string
 	}{
 		{"health needs no token", "GET", "/health", nil, "", http.StatusNoContent, ""},
+		{"CORS preflight", "OPTIONS", "/process.Process/Start", map[string]string{"Origin": "https://app.example",
+			"Access-Control-Request-Method": "POST"}, "", http.StatusNoContent, ""},
 		{"RPC without a token", "POST", "/process.Process/List", rpc, "{}", http.StatusUnauthorized, msgUnauthorized},
 		{"RPC with a wrong token", "POST", "/process.Process/List", with(rpc, bad), "{}", http.StatusUnauthorized, msgUnauthorized},
 		{"RPC with the token", "POST", "/process.Process/List", with(rpc, tok), "{}", http.StatusOK, ""},
@@ -95,6 +97,9 @@ func TestAccessToken(t *testing.T) {
 			}
 			if tt.wantBody != "" && strings.TrimSpace(string(b)) != tt.wantBody {
 				t.Errorf("body %s\nwant %s", b, tt.wantBody)
+			}
+			if res.Header.Get("Access-Control-Allow-Origin") != "*" {
+				t.Errorf("Access-Control-Allow-Origin %q", res.Header.Get("Access-Control-Allow-Origin"))
 			}
 			if tt.status == http.StatusUnauthorized && res.Header.Get("Content-Type") != "application/json; charset=utf-8" {
 				t.Errorf("content type %q", res.Header.Get("Content-Type"))

@@ -56,12 +56,32 @@ func New(o Options) *Handler {
 // already checked that sb exists, belongs to nobody else's routing and is
 // running.
 func (h *Handler) ServeSandbox(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, a *sandbox.Agent, token string) {
+	if cors(w, r) {
+		return
+	}
 	if msg, ok := authorized(r, token); !ok {
 		writeError(w, http.StatusUnauthorized, msg)
 		return
 	}
 	ctx := context.WithValue(r.Context(), targetKey{}, &target{sb: sb, agent: a})
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// cors allows browsers' SDKs, as envd does (any origin, method and
+// header), and answers preflight requests, which it reports.
+func cors(w http.ResponseWriter, r *http.Request) bool {
+	hd := w.Header()
+	hd.Set("Access-Control-Allow-Origin", "*")
+	hd.Set("Access-Control-Expose-Headers", "Connect-Protocol-Version, Connect-Content-Encoding, Grpc-Status, Grpc-Message, "+
+		"Grpc-Status-Details-Bin, Content-Encoding, Content-Disposition, Location, Cache-Control, X-Content-Type-Options")
+	if r.Method != http.MethodOptions || r.Header.Get("Access-Control-Request-Method") == "" {
+		return false
+	}
+	hd.Set("Access-Control-Allow-Methods", "HEAD, GET, POST, PUT, PATCH, DELETE")
+	hd.Set("Access-Control-Allow-Headers", "*")
+	hd.Set("Access-Control-Max-Age", "7200")
+	w.WriteHeader(http.StatusNoContent)
+	return true
 }
 
 // target is the sandbox a request is for.

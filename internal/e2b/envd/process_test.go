@@ -270,6 +270,23 @@ func TestProcessBackground(t *testing.T) {
 			}
 			_, err = pc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{Process: pidSel(pid), Signal: process.Signal_SIGNAL_SIGKILL}))
 			wantCode(t, err, connect.CodeNotFound) // the SDK's kill() then says false
+
+			// The ended process's output and end are retained for a
+			// late Connect by pid; a tag names running processes only.
+			cs, err = pc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: pidSel(pid)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err = collect(cs, nil)
+			if err != nil || r.pid != pid || r.stdout != "got:hi\n" || r.end.GetStatus() != "signal: killed" {
+				t.Fatalf("late connect = %+v (end %v), %v", r, r.end, err)
+			}
+			cs, err = pc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{
+				Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: tag}}}))
+			if err == nil {
+				_, err = collect(cs, nil)
+			}
+			wantCode(t, err, connect.CodeNotFound)
 		})
 	}
 }
