@@ -94,9 +94,11 @@ func TestCallTool(t *testing.T) {
 	h.do("POST", path+"run_command", h.a, json.RawMessage(` [1]`), 400, nil)
 }
 
-// TestMCPSessionExpiry checks that an MCP session idle past its timeout
-// ends and takes its sandbox with it, and that Close ends the rest.
-func TestMCPSessionExpiry(t *testing.T) {
+// TestMCPSessionLifecycle checks the sandbox of an MCP session over HTTP:
+// an idle session ends and takes its sandbox with it; a sandbox killed
+// from outside is reported lost, then replaced; Close (a server shutdown)
+// ends the rest.
+func TestMCPSessionLifecycle(t *testing.T) {
 	h := newHarness(t, true, harnessOpts{})
 	c := client.New(h.ts.URL, h.a)
 	hh := tools.NewHTTPHandler(func(*http.Request) *client.Client { return c }, tools.HTTPOptions{
@@ -105,17 +107,20 @@ func TestMCPSessionExpiry(t *testing.T) {
 	ts := httptest.NewServer(hh)
 	defer ts.Close()
 	ctx := context.Background()
+	hostname := func(cs *mcp.ClientSession) string {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "hostname"}})
+		if err != nil || res.IsError {
+			t.Fatalf("hostname: %+v, %v", res, err)
+		}
+		return strings.TrimSpace(strings.TrimPrefix(res.Content[0].(*mcp.TextContent).Text, "exit code 0\nstdout:\n"))
+	}
 	open := func() (*mcp.ClientSession, string) {
 		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
 			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL, MaxRetries: -1}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "hostname"}})
-		if err != nil || res.IsError {
-			t.Fatalf("hostname: %+v, %v", res, err)
-		}
-		return cs, strings.TrimSpace(strings.TrimPrefix(res.Content[0].(*mcp.TextContent).Text, "exit code 0\nstdout:\n"))
+		return cs, hostname(cs)
 	}
 	gone := func(id string) bool {
 		sb, err := c.GetSandbox(ctx, id)
@@ -133,8 +138,18 @@ func TestMCPSessionExpiry(t *testing.T) {
 		t.Error("a call on the expired session worked")
 	}
 
-	_, liveID := open()
-	if hh.Sessions() != 1 || gone(liveID) {
+	// A sandbox killed behind the session's back: the next call says its
+	// state is lost, the one after gets a new sandbox.
+	live, killedID := open()
+	if err := c.KillSandbox(ctx, killedID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := live.CallTool(ctx, &mcp.CallToolParams{Name: "execute_python", Arguments: map[string]any{"code": "x"}})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[len(res.Content)-1].(*mcp.TextContent).Text, "state is lost") {
+		t.Fatalf("call after the sandbox was killed: %+v, %v", res, err)
+	}
+	liveID := hostname(live)
+	if liveID == killedID || hh.Sessions() != 1 || gone(liveID) {
 		t.Fatalf("%d sessions, sandbox %s gone: %v", hh.Sessions(), liveID, gone(liveID))
 	}
 	hh.Close()

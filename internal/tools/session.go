@@ -123,9 +123,9 @@ func (s *Session) sandbox(ctx context.Context) (string, *api.ToolResult) {
 			return "", res
 		}
 	case time.Since(s.refreshed) > refreshEvery:
-		if _, err := s.c.SetTimeout(ctx, s.id, s.opts.Timeout); err != nil && s.owned {
-			// Gone (or no longer running): say so rather than silently
-			// starting over without the state the model expects.
+		if _, err := s.c.SetTimeout(ctx, s.id, s.opts.Timeout); err != nil && s.owned && ended(ctx, s.c, s.id) {
+			// Say so rather than silently starting over without the
+			// state the model expects.
 			s.log.Info("session sandbox lost", "sandbox_id", s.id, "err", err)
 			s.id, s.owned = "", false
 			return "", failed("the session's sandbox is gone (it expired or was killed): its state is lost. " +
@@ -201,8 +201,7 @@ func (s *Session) killLocked(ctx context.Context) error {
 // gone reports whether the sandbox id no longer runs, and forgets it if
 // so; it is asked after a failed call, which may be the first sign.
 func (s *Session) gone(ctx context.Context, id string) bool {
-	sb, err := s.c.GetSandbox(ctx, id)
-	if (err == nil && (sb.State == "running" || sb.State == "paused")) || (err != nil && !client.IsCode(err, api.CodeNotFound)) {
+	if !ended(ctx, s.c, id) {
 		return false
 	}
 	s.mu.Lock()
@@ -211,6 +210,16 @@ func (s *Session) gone(ctx context.Context, id string) bool {
 		s.id, s.owned = "", false
 	}
 	return true
+}
+
+// ended reports whether sandbox id is known to be gone for good: not
+// found, or neither running nor paused. Not knowing is not ended.
+func ended(ctx context.Context, c *client.Client, id string) bool {
+	sb, err := c.GetSandbox(ctx, id)
+	if err != nil {
+		return client.IsCode(err, api.CodeNotFound)
+	}
+	return sb.State != "running" && sb.State != "paused" && sb.State != "creating"
 }
 
 // Close ends the session and kills its sandbox (unless it was given in
