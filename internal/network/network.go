@@ -298,6 +298,23 @@ func (n *Network) Adopt(ctx context.Context, id string, st State) error {
 	return n.register(ctx, id, st)
 }
 
+// Readdress gives sandbox id's eth0 its address and default route again.
+// runsc moves them into its netstack (and off the interface) when it
+// starts, and a restore (resume of a paused sandbox) looks for them on the
+// interface: without them it leaves the interface out.
+func (n *Network) Readdress(ctx context.Context, id string) error {
+	if _, err := n.endpoint(id); err != nil {
+		return err
+	}
+	if err := ipCmd(ctx, SandboxNS(id),
+		"addr replace "+SandboxAddr.String()+"/30 dev eth0",
+		"route replace default via "+GatewayAddr.String(),
+	); err != nil {
+		return fmt.Errorf("readdressing sandbox link: %w", err)
+	}
+	return nil
+}
+
 // Detach removes sandbox id's network. Removing a network that is not
 // there succeeds.
 func (n *Network) Detach(ctx context.Context, id string) error {

@@ -238,3 +238,49 @@ func (m *Manager) NetworkStats(ctx context.Context, id ID) (network.Stats, error
 	}
 	return m.cfg.Net.Stats(ctx, id.String())
 }
+
+// keepNetwork copies a networked sandbox's network state from its dir into
+// an image dir (capture), so that sandboxes restored from the image get a
+// network with the same policy.
+func keepNetwork(srcDir, imageDir string) error {
+	data, err := os.ReadFile(filepath.Join(srcDir, networkFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading network state: %w", err)
+	}
+	return os.WriteFile(filepath.Join(imageDir, networkFile), data, 0o600)
+}
+
+// attachRestored gives b, restored from the image in imageDir, a network
+// of its own with the image's policy if the image's sandbox had one. Its
+// netstack comes back with the source's inside address, which is every
+// sandbox's, so nothing needs renumbering; it gets its own outer address
+// and traffic token.
+func (m *Manager) attachRestored(ctx context.Context, b *box, imageDir string, undo *[]func(context.Context) error) error {
+	data, err := os.ReadFile(filepath.Join(imageDir, networkFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading network state: %w", err)
+	}
+	var st network.State
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("decoding network state: %w", err)
+	}
+	if m.cfg.Net == nil {
+		return fmt.Errorf("the image is of a sandbox with a network and this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
+	}
+	return m.attachNetwork(ctx, b, &NetworkOptions{Mode: NetworkNAT, Policy: st.Policy, Public: st.Public}, undo)
+}
+
+// readdressNetwork prepares a networked sandbox's namespace for a runsc
+// restore into it (see network.Readdress).
+func (m *Manager) readdressNetwork(ctx context.Context, id ID) error {
+	if m.netNS(id) == "" {
+		return nil
+	}
+	return m.cfg.Net.Readdress(ctx, id.String())
+}

@@ -50,7 +50,10 @@ func netWorld(t *testing.T) (*nettest.World, *network.Network, *sandbox.Manager)
 
 func probeFrom(t *testing.T, b *sandboxtest.Box, targets ...string) map[string]string {
 	t.Helper()
-	r := b.Exec(wire.ExecParams{Args: append([]string{"python3", "-c", probe}, targets...), TimeoutMs: 120_000})
+	r, err := b.TryExec(wire.ExecParams{Args: append([]string{"python3", "-c", probe}, targets...), TimeoutMs: 120_000})
+	if err != nil {
+		t.Fatalf("probe: %v", err)
+	}
 	var out map[string]string
 	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
 		t.Fatalf("probe output %q (stderr %q): %v", r.Stdout, r.Stderr, err)
@@ -169,5 +172,54 @@ func TestSandboxNetworkNone(t *testing.T) {
 		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT}})
 	if err == nil || !strings.Contains(err.Error(), "no sandbox networking") {
 		t.Errorf("create with nat on a server without networking: %v", err)
+	}
+}
+
+// httpGet fetches / from port of sandbox id through the host side.
+func httpGet(t *testing.T, m *sandbox.Manager, id sandbox.ID, port int) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return m.DialPort(ctx, id, port) },
+	}}
+	resp, err := c.Get("http://sandbox/")
+	if err != nil {
+		t.Fatalf("GET from port %d of %s: %v", port, id, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
+// networkedRunsc makes a gVisor sandbox with a network that denies one
+// CIDR and serves its id on port 8080.
+func networkedRunsc(t *testing.T, m *sandbox.Manager) *sandboxtest.Box {
+	b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: "runsc",
+		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT, Policy: network.Policy{Deny: []string{"203.0.113.0/24"}}}})
+	serveInSandbox(t, m, b, 8080)
+	return b
+}
+
+var restoredWant = map[string]string{"http://allowed.test/": "allowed", "http://203.0.113.5/": "blocked"}
+
+// TestSandboxNetworkPause: a networked gVisor sandbox keeps its network,
+// policy and listening processes across pause (checkpoint) and resume.
+func TestSandboxNetworkPause(t *testing.T) {
+	_, _, m := netWorld(t)
+	ctx := context.Background()
+	b := networkedRunsc(t, m)
+	if _, err := m.Pause(ctx, b.SB.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resume(ctx, b.SB.ID); err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Agent(b.SB.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Agent = a
+	expect(t, probeFrom(t, b, "http://allowed.test/", "http://203.0.113.5/"), restoredWant)
+	if got, want := httpGet(t, m, b.SB.ID, 8080), "hello from "+b.SB.ID.String(); got != want {
+		t.Errorf("after resume, port 8080 answers %q", got)
 	}
 }

@@ -253,6 +253,9 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	if err := rt.Delete(ctx, id, true); err != nil {
 		return fmt.Errorf("deleting the checkpointed container: %w", err)
 	}
+	if err := m.readdressNetwork(ctx, b.rec.ID); err != nil {
+		return err
+	}
 	files, err := openStdio(b.dir)
 	if err != nil {
 		return err
