@@ -105,10 +105,16 @@ func TestExecute(t *testing.T) {
 	t.Run("stdout and stderr in order", func(t *testing.T) {
 		h := h.with(t)
 		lines, _ := execute(h, sb, map[string]any{"code": "import sys, time\nfor i in range(3):\n    print(i, flush=True)\n    print('e', i, file=sys.stderr, flush=True)\n    time.sleep(0.2)"})
-		var got []string
+		var got []string // consecutive pieces of one stream joined (the kernel may split a print)
 		for _, l := range lines {
-			if l["type"] == "stdout" || l["type"] == "stderr" {
-				got = append(got, l["type"].(string)[3:]+":"+l["text"].(string))
+			if l["type"] != "stdout" && l["type"] != "stderr" {
+				continue
+			}
+			prefix := l["type"].(string)[3:] + ":"
+			if n := len(got); n > 0 && strings.HasPrefix(got[n-1], prefix) && !strings.HasSuffix(got[n-1], "\n") {
+				got[n-1] += l["text"].(string)
+			} else {
+				got = append(got, prefix+l["text"].(string))
 			}
 		}
 		want := []string{"out:0\n", "err:e 0\n", "out:1\n", "err:e 1\n", "out:2\n", "err:e 2\n"}
