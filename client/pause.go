@@ -9,8 +9,9 @@ import (
 
 // Pause pauses a running sandbox and returns it. On runsc its memory,
 // processes and files are saved to disk and nothing of it keeps running;
-// on runc it is frozen. A paused sandbox does not expire; it lives until it
-// is resumed or killed.
+// on runc it is frozen. Its timeout stops; it lives until it is resumed or
+// killed, or until the server's maximum paused lifetime (7 days by
+// default) has passed.
 func (c *Client) Pause(ctx context.Context, id string) (*api.Sandbox, error) {
 	var sb api.Sandbox
 	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "pause"), nil, nil, &sb); err != nil {
@@ -20,7 +21,8 @@ func (c *Client) Pause(ctx context.Context, id string) (*api.Sandbox, error) {
 }
 
 // Resume resumes a paused sandbox, with its processes, memory and files as
-// they were, and returns it.
+// they were, and returns it; its timeout starts over. A sandbox created
+// with AutoPause is also resumed by any command, file or code call.
 func (c *Client) Resume(ctx context.Context, id string) (*api.Sandbox, error) {
 	var sb api.Sandbox
 	if err := c.call(ctx, http.MethodPost, sandboxPath(id, "resume"), nil, nil, &sb); err != nil {

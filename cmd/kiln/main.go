@@ -25,6 +25,7 @@ Usage:
   kiln bench [flags]                     measure sandbox latency and memory (docs/benchmarks.md)
   kiln sandbox create|ls|exec|code|...   manage a server's sandboxes (kiln sandbox -h)
   kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
+  kiln snapshot ls|get|rm                list and delete a server's snapshots
   kiln keys create|ls|revoke             manage a server's API keys (admin key)
   kiln mcp [flags]                       serve Kiln's tools to an MCP client over stdio
   kiln tools [--format openai|anthropic] print tool definitions for function-calling APIs
@@ -79,6 +80,8 @@ func run(ctx context.Context, args []string) error {
 		return sandboxCmd(ctx, args[1:])
 	case "files":
 		return filesCmd(ctx, args[1:])
+	case "snapshot", "snapshots":
+		return snapshotCmd(ctx, args[1:])
 	case "keys":
 		return keysCmd(ctx, args[1:])
 	case "mcp":

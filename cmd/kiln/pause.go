@@ -8,9 +8,10 @@ import (
 const pauseUsage = `Usage: kiln sandbox pause ID
 
 Pauses a running sandbox. On runsc its memory, processes and files are
-saved to disk and nothing of it keeps running; on runc it is frozen. A
-paused sandbox does not expire: it stays until it is resumed or killed,
-also across restarts of kiln serve.
+saved to disk and nothing of it keeps running; on runc it is frozen (its
+memory stays allocated). Its timeout stops: it stays until it is resumed
+or killed, also across restarts of kiln serve, or until the server's
+maximum paused lifetime (KILN_MAX_PAUSED, 7 days by default) passes.
 
 Example:
   kiln sandbox pause i8cx2kq0v7n3ma5wd1ef
@@ -19,7 +20,8 @@ Example:
 const resumeUsage = `Usage: kiln sandbox resume ID
 
 Resumes a paused sandbox with its processes, memory and files as they
-were. One that expired while paused gets the server's default timeout.
+were; its timeout starts over. A sandbox created with --auto-pause is
+also resumed by any command, file or code call.
 
 Example:
   kiln sandbox resume i8cx2kq0v7n3ma5wd1ef

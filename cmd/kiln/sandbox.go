@@ -49,9 +49,10 @@ const sandboxUsage = `Usage:
   kiln sandbox code ID [--lang L] [FILE|-]      run code in the sandbox's interpreter
   kiln sandbox ps ID                            list a sandbox's commands
   kiln sandbox timeout ID DURATION              set how long it lives from now
-  kiln sandbox pause ID                         pause it (it no longer expires)
+  kiln sandbox pause ID                         pause it (to disk on runsc, frozen on runc)
   kiln sandbox resume ID                        resume a paused sandbox
   kiln sandbox fork ID [--count N]              fork it into N sandboxes
+  kiln sandbox snapshot ID NAME                 take a named snapshot (kiln snapshot ls|rm)
   kiln sandbox network ID [flags]               show or change its network and egress policy
 
 Run 'kiln sandbox COMMAND -h' for a command's flags and examples.
@@ -77,6 +78,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"kill": r.sandboxKill, "rm": r.sandboxKill, "exec": r.sandboxExec, "logs": r.sandboxLogs,
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
 		"pause": r.sandboxPause, "resume": r.sandboxResume, "fork": r.sandboxFork,
+		"snapshot": r.sandboxSnapshot,
 		"network": r.sandboxNetwork,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
@@ -271,6 +273,8 @@ Examples:
   kiln sandbox create
   kiln sandbox create --template python --timeout 30m --memory 1G --metadata job=ci
   ID=$(kiln sandbox create --env DEBUG=1)
+  kiln sandbox create --snapshot before-training --env RUN=2
+  kiln sandbox create --timeout 10m --auto-pause
   kiln sandbox create --network nat --egress deny --allow pypi.org --allow 10.1.0.0/16
 `
 
@@ -287,6 +291,8 @@ func (r *remote) sandboxCreate(ctx context.Context, args []string) error {
 	c.fs.Int64Var(&req.Limits.Pids, "pids", 0, "maximum number of processes")
 	c.fs.Var(env, "env", "environment variable `KEY=VALUE` for every command (repeatable)")
 	c.fs.Var(meta, "metadata", "metadata `KEY=VALUE` to find it by (repeatable)")
+	c.fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot of yours (its template, runtime and limits)")
+	c.fs.BoolVar(&req.AutoPause, "auto-pause", false, "pause instead of kill at the timeout; the next use resumes it")
 	nf := addNetworkFlags(c.fs, true)
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err
