@@ -16,12 +16,7 @@ func (s *Server) stat(ctx context.Context, p wire.PathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.files.Stat(ctx, a.filesUser(), p.Path)
-	if err != nil || p.XattrPrefix == "" {
-		return info, err
-	}
-	info.Xattrs, err = s.files.Xattrs(ctx, a.filesUser(), info.Path, p.XattrPrefix)
-	return info, err
+	return s.files.Stat(ctx, a.filesUser(), p.Path, p.XattrPrefix)
 }
 
 func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {

@@ -21,11 +21,18 @@ const (
 // errTooMany stops a listing walk.
 var errTooMany = errors.New("too many entries")
 
-// Stat describes path itself (a symlink is not followed).
-func (s *Service) Stat(ctx context.Context, u User, path string) (api.FileInfo, error) {
+// Stat describes path itself (a symlink is not followed). With an
+// xattrPrefix, the description carries its extended attributes under it
+// (see Xattrs).
+func (s *Service) Stat(ctx context.Context, u User, path, xattrPrefix string) (api.FileInfo, error) {
 	p, err := Resolve(u, path)
 	if err != nil {
 		return api.FileInfo{}, err
+	}
+	if xattrPrefix != "" {
+		if err := checkXattrPrefix(xattrPrefix); err != nil {
+			return api.FileInfo{}, err
+		}
 	}
 	var info api.FileInfo
 	err = asUser(u, func() error {
@@ -34,6 +41,11 @@ func (s *Service) Stat(ctx context.Context, u User, path string) (api.FileInfo, 
 			return err
 		}
 		info = fileInfo(p, fi, loadNames())
+		if xattrPrefix != "" {
+			if info.Xattrs, err = readXattrs(p, xattrPrefix); err != nil && !ignorableXattrError(err) {
+				return err
+			}
+		}
 		return nil
 	})
 	return info, classify("stat", p, err)

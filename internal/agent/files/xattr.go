@@ -1,7 +1,6 @@
 package files
 
 import (
-	"context"
 	"errors"
 	"os"
 	"strings"
@@ -27,36 +26,15 @@ func checkXattrPrefix(prefix string) error {
 	return nil
 }
 
-// Xattrs returns the extended attributes of path (a symlink itself, not
-// its target) whose names start with prefix, keyed by the rest of their
-// names. A file system without extended attributes, or a path that
-// vanished, has none.
-func (s *Service) Xattrs(ctx context.Context, u User, path, prefix string) (map[string]string, error) {
-	if err := checkXattrPrefix(prefix); err != nil {
-		return nil, err
-	}
-	p, err := Resolve(u, path)
-	if err != nil {
-		return nil, err
-	}
-	var out map[string]string
-	err = asUser(u, func() error {
-		var err error
-		out, err = readXattrs(p, prefix)
-		return err
-	})
-	if ignorableXattrError(err) {
-		return nil, nil
-	}
-	return out, classify("reading extended attributes of", p, err)
-}
-
 // ignorableXattrError: a file system without extended attributes, a path
 // that vanished or an unreadable one simply has none to report.
 func ignorableXattrError(err error) bool {
 	return errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES)
 }
 
+// readXattrs returns the extended attributes of p (a symlink itself,
+// not its target) whose names start with prefix, keyed by the rest of
+// their names.
 func readXattrs(p, prefix string) (map[string]string, error) {
 	names, err := listXattrs(func(b []byte) (int, error) { return unix.Llistxattr(p, b) })
 	if err != nil {

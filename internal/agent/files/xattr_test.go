@@ -15,8 +15,8 @@ import (
 )
 
 // TestWriteXattrsInPlace writes files in place and with extended
-// attributes, which later writes replace, and reads them back by Stat's
-// companion Xattrs and by List.
+// attributes, which later writes replace, and reads them back by Stat
+// and List.
 func TestWriteXattrsInPlace(t *testing.T) {
 	dir := t.TempDir()
 	probe := filepath.Join(dir, "probe")
@@ -70,9 +70,8 @@ func TestWriteXattrsInPlace(t *testing.T) {
 		if st.opts.InPlace && before != 0 && inode(p) != before {
 			t.Errorf("%s: in-place write replaced the file", st.name)
 		}
-		got, err := s.Xattrs(ctx, u, "f", "user.app.")
-		if err != nil || !maps.Equal(got, st.want) {
-			t.Errorf("%s: Xattrs = %v, %v; want %v", st.name, got, err, st.want)
+		if fi, err := s.Stat(ctx, u, "f", "user.app."); err != nil || !maps.Equal(fi.Xattrs, st.want) {
+			t.Errorf("%s: Stat = %+v, %v; want xattrs %v", st.name, fi, err, st.want)
 		}
 	}
 	unix.Setxattr(p, "user.app.listed", []byte("yes"), 0)

@@ -56,6 +56,17 @@ func BenchmarkEnvd(b *testing.B) {
 			}
 		}
 	})
+	b.Run("Agent.Stat", func(b *testing.B) {
+		a, err := e.m.Agent(e.sb.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := a.Stat(ctxTimeout(b, time.Minute), wire.PathParams{Path: "/etc/passwd", XattrPrefix: "user.e2b."}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("files.write 1MiB", func(b *testing.B) {
 		b.SetBytes(int64(len(payload)))
 		for b.Loop() {
