@@ -84,7 +84,7 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever(
 `
 
 type env struct {
-	t          *testing.T
+	t          testing.TB
 	m          *sandbox.Manager
 	url        string // the API server
 	owner      string // API key secrets
@@ -95,7 +95,7 @@ type env struct {
 // newEnv runs a real API server (with the E2B router and this proxy wired
 // as in kiln serve) over a Manager whose sandboxes get networks in a test
 // world.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	_, n := nettest.Standard(t)
 	cfg := sandboxtest.Config(t, agentPath)
@@ -148,14 +148,20 @@ func (e *env) create(req api.CreateSandboxRequest) api.Sandbox {
 // serve starts echoServer on port in sandbox id and waits for it.
 func (e *env) serve(id string, port int) {
 	e.t.Helper()
+	e.start(id, port, "python3", "-c", echoServer, fmt.Sprint(port))
+}
+
+// start runs a server (args) in sandbox id in the background and waits
+// until it answers GET / on port.
+func (e *env) start(id string, port int, args ...string) {
+	e.t.Helper()
 	a, err := e.m.Agent(sandbox.ID(id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.t.Cleanup(cancel)
-	go a.Exec(ctx, wire.ExecParams{Args: []string{"python3", "-c", echoServer, fmt.Sprint(port)}},
-		func(api.Event) error { return nil })
+	go a.Exec(ctx, wire.ExecParams{Args: args}, func(api.Event) error { return nil })
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if c, err := e.m.DialPort(ctx, sandbox.ID(id), port); err == nil {
 			fmt.Fprintf(c, "GET / HTTP/1.0\r\n\r\n")

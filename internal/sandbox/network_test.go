@@ -40,7 +40,7 @@ print(json.dumps(out))
 `
 
 // netWorld is a Standard test world and a Manager using its Network.
-func netWorld(t *testing.T) (*nettest.World, *network.Network, *sandbox.Manager) {
+func netWorld(t testing.TB) (*nettest.World, *network.Network, *sandbox.Manager) {
 	t.Helper()
 	w, n := nettest.Standard(t)
 	cfg := sandboxtest.Config(t, agentPath)
@@ -221,5 +221,41 @@ func TestSandboxNetworkPause(t *testing.T) {
 	expect(t, probeFrom(t, b, "http://allowed.test/", "http://203.0.113.5/"), restoredWant)
 	if got, want := httpGet(t, m, b.SB.ID, 8080), "hello from "+b.SB.ID.String(); got != want {
 		t.Errorf("after resume, port 8080 answers %q", got)
+	}
+}
+
+// TestSandboxNetworkFork: forks of a networked gVisor sandbox come up with
+// networks of their own under the same policy, with the source's
+// processes still listening (every sandbox has the same inside address,
+// so the restored netstacks need no renumbering).
+func TestSandboxNetworkFork(t *testing.T) {
+	_, n, m := netWorld(t)
+	ctx := context.Background()
+	b := networkedRunsc(t, m)
+	hello := "hello from " + b.SB.ID.String()
+	forks, err := m.Fork(ctx, b.SB.ID, 2, sandbox.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]bool{}
+	for _, f := range forks {
+		t.Cleanup(func() { _ = m.Kill(context.Background(), f.ID) })
+		fa, err := m.Agent(f.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(t, probeFrom(t, &sandboxtest.Box{M: m, SB: f, Agent: fa}, "http://allowed.test/", "http://203.0.113.5/"), restoredWant)
+		if got := httpGet(t, m, f.ID, 8080); got != hello {
+			t.Errorf("fork %s: port 8080 answers %q", f.ID, got)
+		}
+		info, err := m.Network(f.ID)
+		if err != nil || info.Mode != sandbox.NetworkNAT || len(info.Policy.Deny) != 1 {
+			t.Errorf("fork network = %+v, %v", info, err)
+		}
+		addr, _ := n.Addr(f.ID.String())
+		addrs[addr.String()] = true
+	}
+	if len(addrs) != 2 {
+		t.Errorf("forks share outer addresses: %v", addrs)
 	}
 }

@@ -60,6 +60,9 @@ func (m *Manager) capture(ctx context.Context, b *box, dir, verb string) (_ Sand
 	if err := rootfs.CopySparse(filepath.Join(dir, imageDisk), rootfs.ImagePath(layer)); err != nil {
 		return Sandbox{}, nil, fmt.Errorf("copying layer image: %w", err)
 	}
+	if err := keepNetwork(b.dir, dir); err != nil {
+		return Sandbox{}, nil, err
+	}
 	rec := b.rec
 	rec.Env, rec.Metadata = maps.Clone(rec.Env), maps.Clone(rec.Metadata)
 	return rec, ck, nil
@@ -115,6 +118,9 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 		return nil, fmt.Errorf("mounting writable layer: %w", err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
+	if err := m.attachRestored(ctx, b, dir, &undo); err != nil {
+		return nil, err
+	}
 	bundle := &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
 		Rootfs:      layer.Rootfs(),
 		Args:        []string{agentBinary},
@@ -124,6 +130,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 		Limits:      m.runtimeLimits(rt.Name(), rec.Limits),
 		CgroupsPath: cgroupsPath(id),
 		AgentDir:    m.agentDir,
+		NetNS:       m.netNS(id),
 	})}
 	if err := bundle.Write(); err != nil {
 		return nil, err
