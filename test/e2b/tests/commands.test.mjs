@@ -3,7 +3,7 @@
 // list/kill/connect, stdin, timeouts.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { e2b, sandbox, test } from '../lib/sdk.mjs'
+import { e2b, sandbox, test, until } from '../lib/sdk.mjs'
 
 const { Sandbox, CommandExitError, TimeoutError, NotFoundError } = e2b
 
@@ -158,4 +158,30 @@ test('binary and UTF-8 output arrive intact', async () => {
   const r = await sbx.commands.run('printf "h\\xc3\\xa9llo w\\xc3\\xb6rld \\xe2\\x9c\\x93\\n"; head -c 200000 /dev/zero | tr "\\0" a; echo')
   assert.ok(r.stdout.startsWith('héllo wörld ✓\n'))
   assert.equal(r.stdout.length, 'héllo wörld ✓\n'.length + 200000 + 1)
+})
+
+test('pty: a terminal with a size, input, resize and exit code', async () => {
+  let out = ''
+  const decoder = new TextDecoder()
+  const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => (out += decoder.decode(d, { stream: true })) })
+  assert.ok(term.pid > 0)
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; echo hi-$((6*7))\n'))
+  assert.ok(await until(() => out.includes('24 80\r\nhi-42\r\n')), `pty output ${JSON.stringify(out)}`)
+  await sbx.pty.resize(term.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(term.pid, new TextEncoder().encode('stty size; exit 3\n'))
+  await assert.rejects(term.wait(), (err) => err instanceof CommandExitError && err.exitCode === 3)
+  assert.match(out, /30 100\r\n/)
+})
+
+test('killing the sandbox ends a running command with a TimeoutError', async () => {
+  const doomed = await sandbox(Sandbox, { metadata: { file: 'commands', role: 'doomed' } })
+  const h = await doomed.commands.run('echo started; sleep 60', { background: true })
+  assert.ok(await until(() => h.stdout === 'started\n'), `stdout ${JSON.stringify(h.stdout)}`)
+  await Sandbox.kill(doomed.sandboxId)
+  await assert.rejects(h.wait(), (err) => {
+    assert.ok(err instanceof TimeoutError, `${err?.constructor?.name}: ${err?.message}`)
+    assert.match(err.message, /The sandbox was killed or reached its end of life/)
+    return true
+  })
+  assert.equal(h.stdout, 'started\n')
 })

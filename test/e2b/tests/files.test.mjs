@@ -183,3 +183,44 @@ test('signed uploadUrl and downloadUrl work with plain fetch', async () => {
   assert.match(expiring, /[?&]signature_expiration=\d+/)
   assert.equal(await (await fetch(expiring)).text(), 'uploaded through a URL\n')
 })
+
+test('file metadata is stored on write and returned by getInfo and list', async () => {
+  const meta = { owner: 'e2e', 'run-id': '42' }
+  const info = await sbx.files.write('/home/user/meta/tagged.txt', 'tagged', { metadata: meta })
+  assert.deepEqual(info.metadata, meta)
+  assert.deepEqual((await sbx.files.getInfo('/home/user/meta/tagged.txt')).metadata, meta)
+  const [entry] = await sbx.files.list('/home/user/meta')
+  assert.deepEqual(entry.metadata, meta)
+  // A write without metadata clears it, as on E2B.
+  await sbx.files.write('/home/user/meta/tagged.txt', 'plain')
+  assert.equal((await sbx.files.getInfo('/home/user/meta/tagged.txt')).metadata, undefined)
+})
+
+test('gzip uploads and downloads and octet-stream writes are byte-exact', async () => {
+  const data = Buffer.from('zipped line\n'.repeat(10_000))
+  await sbx.files.write('/home/user/gz.txt', data.buffer.slice(data.byteOffset, data.byteOffset + data.length), { gzip: true })
+  const sum = await sbx.commands.run('sha256sum /home/user/gz.txt')
+  assert.equal(sum.stdout.split(' ')[0], sha256(data))
+  assert.equal(await sbx.files.read('/home/user/gz.txt', { gzip: true }), data.toString())
+  const bytes = await sbx.files.read('/home/user/gz.txt', { format: 'bytes', gzip: true })
+  assert.equal(sha256(bytes), sha256(data))
+
+  await sbx.files.write('/home/user/octet.bin', new Uint8Array([0, 1, 2, 255]).buffer, { useOctetStream: true })
+  assert.deepEqual([...(await sbx.files.read('/home/user/octet.bin', { format: 'bytes' }))], [0, 1, 2, 255])
+})
+
+test('watchDir with includeEntry carries the entry of created files', async () => {
+  await sbx.files.makeDir('/home/user/ewatch')
+  const events = []
+  const handle = await sbx.files.watchDir('/home/user/ewatch', (e) => events.push(e), { includeEntry: true })
+  try {
+    await sbx.files.write('/home/user/ewatch/e.txt', 'abc')
+    const ev = await until(() => events.find((e) => e.name === 'e.txt' && e.entry?.size === 3))
+    assert.ok(ev, `events ${JSON.stringify(events)}`)
+    assert.equal(ev.entry.path, '/home/user/ewatch/e.txt')
+    assert.equal(ev.entry.type, FileType.FILE)
+    assert.equal(ev.entry.owner, 'user')
+  } finally {
+    await handle.stop()
+  }
+})
