@@ -66,6 +66,7 @@ func (h *Handler) registerControl() {
 	h.route("POST /sandboxes/{id}/pause", h.pause)
 	h.route("POST /sandboxes/{id}/resume", h.resume)
 	h.route("GET /sandboxes/{id}/metrics", h.metrics)
+	h.route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		r.Pattern = "E2B unmatched"
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))
@@ -113,6 +114,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	opts := sandbox.CreateOptions{
 		Template: kilnTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata,
 		Timeout: time.Duration(timeout) * time.Second, Owner: c.Owner, Quota: c.Quota,
+		Network: networkOptions(req.AllowInternetAccess, req.Network),
 	}
 	setAutoPause(&opts, req.AutoPause)
 	var sb sandbox.Sandbox
@@ -139,6 +141,7 @@ func (h *Handler) sandboxJSON(sb sandbox.Sandbox, alias string) sandboxJSON {
 	return sandboxJSON{
 		SandboxID: sb.ID.String(), TemplateID: sb.Template, Alias: alias, ClientID: clientID,
 		EnvdVersion: envd.Version, EnvdAccessToken: h.token(sb.ID), Domain: h.domain(),
+		TrafficAccessToken: h.trafficToken(sb.ID),
 	}
 }
 

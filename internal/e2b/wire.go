@@ -24,6 +24,7 @@ type newSandbox struct {
 	AutoPause           bool              `json:"autoPause"`
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             *networkConfig    `json:"network"`
 }
 
 // sandboxJSON is E2B's Sandbox: the answer to create and connect.
