@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"sync"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -51,6 +52,31 @@ func (t *target) entry(ctx context.Context, user string, fi api.FileInfo) (*file
 		e.Type, e.Mode, e.SymlinkTarget = fileType(target.Type), target.Mode&0o777, &target.Path
 	}
 	return e, nil
+}
+
+// linkWorkers bounds the symlinks of one listing resolved at once; each
+// is an agent round trip, and the channel carries many calls at a time.
+const linkWorkers = 16
+
+// entries describes a listing, resolving its symlinks concurrently.
+func (t *target) entries(ctx context.Context, user string, fis []api.FileInfo) ([]*filesystem.EntryInfo, error) {
+	out := make([]*filesystem.EntryInfo, len(fis))
+	errs := make([]error, len(fis))
+	sem := make(chan struct{}, linkWorkers)
+	var wg sync.WaitGroup
+	for i, fi := range fis {
+		if fi.Type != api.FileSymlink {
+			out[i], errs[i] = t.entry(ctx, user, fi)
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = t.entry(ctx, user, fi)
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // resolveLink follows the symlink fi to what it finally names.

@@ -102,15 +102,11 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	out := &filesystem.ListDirResponse{Entries: make([]*filesystem.EntryInfo, 0, len(fis))}
-	for _, fi := range fis {
-		e, err := t.entry(ctx, user, fi)
-		if err != nil {
-			return nil, rpcError(err)
-		}
-		out.Entries = append(out.Entries, e)
+	entries, err := t.entries(ctx, user, fis)
+	if err != nil {
+		return nil, rpcError(err)
 	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&filesystem.ListDirResponse{Entries: entries}), nil
 }
 
 // Remove removes a file or directory tree; a missing path is no error.
