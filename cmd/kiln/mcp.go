@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/tools"
 )
 
@@ -47,7 +48,7 @@ func mcpCmd(ctx context.Context, args []string) error {
 		return exitError{2}
 	}
 	if *key == "" {
-		*key = os.Getenv("KILN_API_KEY")
+		*key = config.Env("KILN_API_KEY")
 	}
 	if *key == "" {
 		return errors.New("no API key: set KILN_API_KEY or pass --api-key")
