@@ -167,6 +167,31 @@ func TestPauseResume(t *testing.T) {
 	h.api("POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", h.a, nil, http.StatusOK, nil)
 	h.api("POST", "/sandboxes/"+sb.SandboxID+"/resume", h.a, nil, http.StatusConflict, nil)
 
+	// Forks continue from the sandbox's state, with tokens of their own.
+	if testRuntime() == "runsc" {
+		var forks []struct {
+			Sandbox *sandboxJSON `json:"sandbox"`
+		}
+		h.api("POST", "/sandboxes/"+sb.SandboxID+"/fork", h.a, map[string]any{"count": 1, "timeout": 60}, http.StatusCreated, &forks)
+		if len(forks) != 1 || forks[0].Sandbox == nil || forks[0].Sandbox.SandboxID == sb.SandboxID ||
+			forks[0].Sandbox.EnvdAccessToken == sb.EnvdAccessToken {
+			t.Fatalf("forks %+v: want one new sandbox", forks)
+		}
+		f := *forks[0].Sandbox
+		lines, _ := execute(h, f, map[string]any{"code": "x = x + 100\nx"})
+		if got := mainText(lines); got != "141" {
+			t.Errorf("in the fork x + 100 = %q, want 141", got)
+		}
+		if got := mainText(run("x")); got != "41" {
+			t.Errorf("the fork changed the source: x = %q", got)
+		}
+		var d listedJSON
+		h.api("GET", "/sandboxes/"+f.SandboxID, h.a, nil, http.StatusOK, &d)
+		if left := time.Until(d.EndAt); left > 61*time.Second || left < 30*time.Second {
+			t.Errorf("fork lives %v more, want ~60s", left)
+		}
+	}
+
 	// Killed during an execution: the connection is torn down, not ended
 	// cleanly, so the SDK goes on to find the sandbox gone.
 	body, _ := json.Marshal(map[string]any{"code": "import time\nprint('started', flush=True)\ntime.sleep(600)"})

@@ -67,6 +67,7 @@ func (h *Handler) registerControl() {
 	h.route("POST /sandboxes/{id}/resume", h.resume)
 	h.route("GET /sandboxes/{id}/metrics", h.metrics)
 	h.route("PUT /sandboxes/{id}/network", h.updateNetwork)
+	h.route("POST /sandboxes/{id}/fork", h.fork)
 	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		r.Pattern = "E2B unmatched"
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))
