@@ -86,8 +86,8 @@ type Network struct {
 	bySrc map[netip.Addr]*endpoint
 	slots map[int]string
 
-	done chan struct{}
-	wg   sync.WaitGroup
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 }
 
 // endpoint is one sandbox's network.
@@ -124,7 +124,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Network, error) {
 		cfg.Upstream = hostResolvers("/etc/resolv.conf")
 	}
 	n := &Network{cfg: cfg, log: log, eps: map[string]*endpoint{}, bySrc: map[netip.Addr]*endpoint{},
-		slots: map[int]string{}, done: make(chan struct{})}
+		slots: map[int]string{}}
 	if err := n.listenDNS(); err != nil {
 		return nil, err
 	}
@@ -145,12 +145,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Network, error) {
 // Close removes the host rules and stops the resolver. Sandbox networks
 // stay for a later Network to Adopt.
 func (n *Network) Close() error {
-	close(n.done)
-	n.closeDNS()
-	n.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return nsExec(ctx, n.cfg.HostNS, "", "nft", "delete", "table", "ip", "kiln")
+	var err error
+	n.closeOnce.Do(func() {
+		n.closeDNS()
+		n.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = nsExec(ctx, n.cfg.HostNS, "", "nft", "delete", "table", "ip", "kiln")
+	})
+	return err
 }
 
 // HostNS is the host side's namespace name ("" for kiln's own).

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -257,5 +259,51 @@ func TestSandboxNetworkFork(t *testing.T) {
 	}
 	if len(addrs) != 2 {
 		t.Errorf("forks share outer addresses: %v", addrs)
+	}
+}
+
+// TestSandboxNetworkReadopt: after kiln serve restarts (a new Network and
+// a Manager with Adopt on the same state), a networked sandbox keeps its
+// address, policy and DNS (whose port changed), and killing it then
+// removes its namespaces.
+func TestSandboxNetworkReadopt(t *testing.T) {
+	w, n1 := nettest.Standard(t)
+	cfg := sandboxtest.Config(t, agentPath)
+	cfg.Adopt, cfg.Net = true, n1
+	m1, err := sandbox.NewManager(context.Background(), cfg, sandboxtest.OCIRuntimes(cfg.Config), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m1.Create(context.Background(), sandbox.CreateOptions{Runtime: "runc",
+		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT, Policy: network.Policy{Deny: []string{"denied.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	if err := n1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n2, err := network.New(context.Background(), w.Config(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n2.Close() })
+	cfg.Net = n2
+	m2 := sandboxtest.NewManager(t, cfg)
+	a, err := m2.Agent(sb.ID)
+	if err != nil {
+		t.Fatalf("not re-adopted: %v", err)
+	}
+	b := &sandboxtest.Box{M: m2, SB: sb, Agent: a}
+	expect(t, probeFrom(t, b, "http://allowed.test/", "dns:denied.test", "http://198.51.100.20/"), map[string]string{
+		"http://allowed.test/": "allowed", "dns:denied.test": "unresolved", "http://198.51.100.20/": "blocked",
+	})
+	if err := m2.Kill(context.Background(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{network.SandboxNS(sb.ID.String()), network.SandboxNS(sb.ID.String()) + "-gw"} {
+		if _, err := os.Stat(network.NSPath(ns)); err == nil {
+			t.Errorf("namespace %s left after kill", ns)
+		}
 	}
 }
