@@ -56,7 +56,9 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.Session.Timeout <= 0 {
-		o.Session.Timeout = o.IdleTimeout
+		// Outlive the session: calls push the sandbox's end back at
+		// most every refreshEvery.
+		o.Session.Timeout = o.IdleTimeout + refreshEvery
 	}
 	hh := &HTTPHandler{live: map[*Session]struct{}{}}
 	hh.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
