@@ -74,6 +74,9 @@ func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limi
 	if tmpl.Warm == nil {
 		return nil, ""
 	}
+	if rt == nil {
+		return nil, "runsc is not configured"
+	}
 	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
 		return nil, rt.Name() + " cannot restore checkpoints"
 	}
