@@ -203,7 +203,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	maps.Copy(env, opts.Env)
 
-	netMode, err := m.networkMode(opts.Network)
+	netOpts, err := m.resolveNetwork(opts.Network, d.Network)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -217,7 +217,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
-	if netMode == NetworkNone && !opts.Cold { // pooled sandboxes have no network
+	if netOpts == nil && !opts.Cold { // pooled sandboxes have no network
 		if sb, ok, err := m.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
 			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
 		}
@@ -252,7 +252,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	if err := m.attachNetwork(ctx, b, opts.Network, &undo); err != nil {
+	if err := m.attachNetwork(ctx, b, netOpts, &undo); err != nil {
 		return Sandbox{}, err
 	}
 	t0 := time.Now()

@@ -47,48 +47,43 @@ type NetworkInfo struct {
 	Token   string         `json:"token,omitempty"` // traffic access token
 }
 
-// networkMode resolves a requested mode against the server's default and
-// checks it can be served.
-func (m *Manager) networkMode(o *NetworkOptions) (string, error) {
-	mode := ""
+// resolveNetwork resolves a requested network against the template's
+// default mode (tmplMode) and the server's, and checks it can be served:
+// nil for mode none, else the options with Mode NetworkNAT.
+func (m *Manager) resolveNetwork(o *NetworkOptions, tmplMode string) (*NetworkOptions, error) {
+	var r NetworkOptions
 	if o != nil {
-		mode = o.Mode
+		r = *o
 	}
-	if mode == "" {
-		mode = m.cfg.Network.DefaultMode
+	for _, mode := range []string{tmplMode, m.cfg.Network.DefaultMode} {
+		if r.Mode == "" {
+			r.Mode = mode
+		}
 	}
-	switch mode {
+	switch r.Mode {
 	case "", NetworkNone:
-		return NetworkNone, nil
+		return nil, nil
 	case NetworkNAT:
 		if m.cfg.Net == nil {
-			return "", fmt.Errorf("network mode nat: this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
+			return nil, fmt.Errorf("network mode nat: this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
 		}
-		if o != nil {
-			if err := o.Policy.Validate(); err != nil {
-				return "", err
-			}
+		if err := r.Policy.Validate(); err != nil {
+			return nil, err
 		}
-		return NetworkNAT, nil
+		return &r, nil
 	default:
-		return "", fmt.Errorf("network mode %q: want none or nat: %w", mode, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("network mode %q: want none or nat: %w", r.Mode, errdefs.ErrInvalidArgument)
 	}
 }
 
-// attachNetwork gives sandbox b a network if o asks for one (after the
-// defaults), records it in b's dir and pushes its undo step.
+// attachNetwork gives sandbox b the network o (from resolveNetwork; nil:
+// none), records it in b's dir and pushes its undo step.
 func (m *Manager) attachNetwork(ctx context.Context, b *box, o *NetworkOptions, undo *[]func(context.Context) error) error {
-	mode, err := m.networkMode(o)
-	if err != nil || mode != NetworkNAT {
-		return err
-	}
-	var p network.Policy
-	public := false
-	if o != nil {
-		p, public = o.Policy, o.Public
+	if o == nil {
+		return nil
 	}
 	id := b.rec.ID.String()
-	st, err := m.cfg.Net.Attach(ctx, id, p, public)
+	st, err := m.cfg.Net.Attach(ctx, id, o.Policy, o.Public)
 	if err != nil {
 		return fmt.Errorf("making sandbox network: %w", err)
 	}

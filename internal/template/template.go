@@ -49,6 +49,9 @@ type Defaults struct {
 	CPUs        float64 `json:"cpus,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	DiskBytes   int64   `json:"disk_bytes,omitempty"`
+	// Network is the network mode of its sandboxes, "none" or "nat";
+	// "" takes the server's default (docs/networking.md).
+	Network string `json:"network,omitempty"`
 }
 
 // builderVersion changes when the build procedure itself changes in a way
