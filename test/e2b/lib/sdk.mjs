@@ -72,6 +72,12 @@ export async function sandbox(Class, opts = {}) {
     ...opts,
     metadata: { e2eRun: run, ...opts.metadata },
   })
+  return track(sbx)
+}
+
+// track kills sbx (one the test got otherwise, e.g. by fork) when the
+// file's tests end, and returns it.
+export function track(sbx) {
   created.push(sbx)
   return sbx
 }

@@ -10,7 +10,7 @@ const { NotFoundError, TimeoutError } = e2b
 
 let sbx
 before(async () => {
-  sbx = await sandbox(Sandbox, { metadata: { file: 'code' } })
+  sbx = await sandbox(Sandbox, { metadata: { file: 'code' }, envs: { E2E_GLOBAL: 'for every process' } })
 })
 
 test('runCode keeps state across calls', async () => {
@@ -155,6 +155,13 @@ test('runCode sets envs for one execution only', async () => {
   assert.equal(after, 'None')
 })
 
+test('env vars given at create reach the kernel and commands', async () => {
+  assert.equal((await sbx.runCode('import os\nos.environ["E2E_GLOBAL"]')).text, 'for every process')
+  assert.equal((await sbx.commands.run('echo "$E2E_GLOBAL"')).stdout, 'for every process\n')
+  const js = await sbx.runCode('process.env.E2E_GLOBAL', { language: 'javascript' })
+  assert.equal(js.text, 'for every process')
+})
+
 test('contexts are isolated, have their own cwd, can be listed, restarted and removed', async () => {
   const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
   assert.equal(typeof ctx.id, 'string')
@@ -185,6 +192,26 @@ test('runCode runs JavaScript with language js', async () => {
   assert.equal(ex.error, undefined)
   assert.deepEqual(ex.logs.stdout, ['from node\n'])
   assert.equal(ex.text, '42')
+})
+
+test('runCode runs R and bash', async () => {
+  // IRkernel shows values as display data, so they are results but not
+  // the main result, as on E2B.
+  const r = await sbx.runCode('x <- c(1, 2, 3)\nsum(x)', { language: 'r' })
+  assert.equal(r.error, undefined)
+  assert.equal(r.results[0].text, '[1] 6')
+  assert.deepEqual((await sbx.runCode('cat("from R\\n")', { language: 'r' })).logs.stdout, ['from R\n'])
+  const rerr = await sbx.runCode('stop("boom")', { language: 'r' })
+  assert.match(rerr.error?.value ?? '', /boom/)
+
+  const ctx = await sbx.createCodeContext({ language: 'r' })
+  assert.equal(ctx.language, 'r')
+  await sbx.runCode('y <- 21', { context: ctx })
+  assert.equal((await sbx.runCode('y * 2', { context: ctx })).results[0].text, '[1] 42')
+
+  const sh = await sbx.runCode('n=$((2 + 3)); echo "bash says $n"', { language: 'bash' })
+  assert.equal(sh.error, undefined)
+  assert.deepEqual(sh.logs.stdout, ['bash says 5\n'])
 })
 
 test('runCode timeoutMs aborts a long execution with TimeoutError and interrupts it', async () => {

@@ -93,6 +93,14 @@ test('Sandbox.connect attaches to a running sandbox by id', async () => {
   assert.equal(r.stdout, 'connected\n')
 })
 
+test('an unknown template is refused with a 404 SandboxError', async () => {
+  await assert.rejects(Sandbox.create('no-such-template-e2e', { metadata: { e2eRun: run } }), (err) => {
+    assert.ok(err instanceof e2b.SandboxError, `${err?.constructor?.name}: ${err?.message}`)
+    assert.match(err.message, /^404: .*no-such-template-e2e/)
+    return true
+  })
+})
+
 test('a malformed or unknown API key is refused with AuthenticationError', async () => {
   await assert.rejects(
     Sandbox.create({ apiKey: 'e2b_' + '0'.repeat(40), metadata: { e2eRun: run } }),

@@ -2,7 +2,7 @@
 // files, processes and a code interpreter's memory kept, and getMetrics.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { ci, e2b, run, sandbox, test, until } from '../lib/sdk.mjs'
+import { ci, e2b, run, sandbox, test, track, until } from '../lib/sdk.mjs'
 
 const { Sandbox } = e2b
 
@@ -78,4 +78,24 @@ test('lifecycle onTimeout pause pauses at expiry and connect resumes it', async 
   const awake = await Sandbox.connect(napper.sandboxId, { timeoutMs: 60_000 })
   assert.equal((await awake.getInfo()).state, 'running')
   assert.equal(await awake.files.read('/home/user/nap.txt'), 'zzz')
+})
+
+test('fork copies a running sandbox into independent sandboxes', async () => {
+  const parent = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'parent' } })
+  await parent.files.write('/home/user/inherited.txt', 'from the parent')
+  const forks = await parent.fork({ count: 2 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(!(f instanceof Error), `fork failed: ${f?.message}`)
+    track(f)
+  }
+  const ids = new Set([parent.sandboxId, ...forks.map((f) => f.sandboxId)])
+  assert.equal(ids.size, 3)
+  for (const [i, f] of forks.entries()) {
+    assert.equal(await f.files.read('/home/user/inherited.txt'), 'from the parent')
+    await f.files.write('/home/user/inherited.txt', `fork ${i}`)
+  }
+  assert.equal(await parent.files.read('/home/user/inherited.txt'), 'from the parent')
+  assert.equal(await forks[0].files.read('/home/user/inherited.txt'), 'fork 0')
+  assert.equal(await forks[1].files.read('/home/user/inherited.txt'), 'fork 1')
 })
