@@ -53,11 +53,9 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 	if err != nil {
 		return err
 	}
-	limit := defaultListLimit
-	if s := q.Get("limit"); s != "" {
-		if limit, err = strconv.Atoi(s); err != nil || limit < 1 || limit > maxListLimit {
-			return fmt.Errorf("limit %q: want 1 to %d: %w", truncate(s, 10), maxListLimit, errdefs.ErrInvalidArgument)
-		}
+	limit, err := pageLimit(q.Get("limit"))
+	if err != nil {
+		return err
 	}
 	desc := q.Get("order") != "asc"
 	sbs, err := h.owned(r, c, states, md)
@@ -74,7 +72,7 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 		}
 		sbs = slices.DeleteFunc(sbs, func(sb sandbox.Sandbox) bool { return !sb.CreatedAt.After(t) })
 	}
-	page, next, err := paginate(sbs, desc, q.Get("nextToken"), limit)
+	page, next, err := paginate(sbs, sandboxKey, desc, q.Get("nextToken"), limit)
 	if err != nil {
 		return err
 	}
@@ -160,48 +158,71 @@ func metadataFilter(raw string) (map[string]string, error) {
 	return md, nil
 }
 
-// paginate sorts sbs by start time (then id) and returns the page after
-// token, and the token of the next page ("" on the last). A token names
-// the last sandbox of its page, so pages stay consistent when sandboxes
-// come and go in between.
-func paginate(sbs []sandbox.Sandbox, desc bool, token string, limit int) ([]sandbox.Sandbox, string, error) {
-	cmpSB := func(a, b sandbox.Sandbox) int {
-		c := cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(string(a.ID), string(b.ID)))
+// paginate sorts items by time (then id, both from key) and returns the
+// page after token, and the token of the next page ("" on the last). A
+// token names the last item of its page, so pages stay consistent when
+// items come and go in between.
+func paginate[T any](items []T, key func(T) (time.Time, string), desc bool, token string, limit int) ([]T, string, error) {
+	cmpKeys := func(at time.Time, aid string, bt time.Time, bid string) int {
+		c := cmp.Or(at.Compare(bt), strings.Compare(aid, bid))
 		if desc {
 			return -c
 		}
 		return c
 	}
-	slices.SortFunc(sbs, cmpSB)
+	slices.SortFunc(items, func(a, b T) int {
+		at, aid := key(a)
+		bt, bid := key(b)
+		return cmpKeys(at, aid, bt, bid)
+	})
 	if token != "" {
-		last, err := decodeToken(token)
+		lt, lid, err := decodeToken(token)
 		if err != nil {
 			return nil, "", err
 		}
-		i, _ := slices.BinarySearchFunc(sbs, last, cmpSB)
-		for i < len(sbs) && cmpSB(sbs[i], last) <= 0 {
+		i := 0
+		for i < len(items) {
+			t, id := key(items[i])
+			if cmpKeys(t, id, lt, lid) > 0 {
+				break
+			}
 			i++
 		}
-		sbs = sbs[i:]
+		items = items[i:]
 	}
-	if len(sbs) <= limit {
-		return sbs, "", nil
+	if len(items) <= limit {
+		return items, "", nil
 	}
-	last := sbs[limit-1]
-	next := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%s", last.CreatedAt.UnixNano(), last.ID))
-	return sbs[:limit], next, nil
+	t, id := key(items[limit-1])
+	next := base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%d.%s", t.UnixNano(), id))
+	return items[:limit], next, nil
 }
 
-func decodeToken(token string) (sandbox.Sandbox, error) {
+func decodeToken(token string) (time.Time, string, error) {
 	bad := fmt.Errorf("nextToken %q is not one this server made: %w", truncate(token, 40), errdefs.ErrInvalidArgument)
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
-		return sandbox.Sandbox{}, bad
+		return time.Time{}, "", bad
 	}
 	ns, id, ok := strings.Cut(string(b), ".")
 	n, err := strconv.ParseInt(ns, 10, 64)
 	if !ok || err != nil {
-		return sandbox.Sandbox{}, bad
+		return time.Time{}, "", bad
 	}
-	return sandbox.Sandbox{ID: sandbox.ID(id), CreatedAt: time.Unix(0, n).UTC()}, nil
+	return time.Unix(0, n).UTC(), id, nil
+}
+
+// sandboxKey orders sandboxes by start time.
+func sandboxKey(sb sandbox.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID.String() }
+
+// pageLimit parses ?limit= (default and maximum E2B's).
+func pageLimit(s string) (int, error) {
+	if s == "" {
+		return defaultListLimit, nil
+	}
+	limit, err := strconv.Atoi(s)
+	if err != nil || limit < 1 || limit > maxListLimit {
+		return 0, fmt.Errorf("limit %q: want 1 to %d: %w", truncate(s, 10), maxListLimit, errdefs.ErrInvalidArgument)
+	}
+	return limit, nil
 }

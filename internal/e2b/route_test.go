@@ -125,7 +125,7 @@ func sameJSON(a []byte, b string) bool {
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal([]byte(b), &y) == nil && reflect.DeepEqual(x, y)
 }
 
-func TestPauseResume(t *testing.T) {
+func TestPauseResumeForkSnapshot(t *testing.T) {
 	h := newHarness(t, "code-interpreter")
 	sb := h.create(h.a, map[string]any{"templateID": "code-interpreter-v1"})
 	if sb.TemplateID != "code-interpreter" || sb.Alias != "code-interpreter-v1" {
@@ -190,6 +190,37 @@ func TestPauseResume(t *testing.T) {
 		if left := time.Until(d.EndAt); left > 61*time.Second || left < 30*time.Second {
 			t.Errorf("fork lives %v more, want ~60s", left)
 		}
+	}
+
+	// Snapshots: taken by name, listed, restored as a template, deleted.
+	if testRuntime() == "runsc" {
+		var snap struct {
+			SnapshotID string   `json:"snapshotID"`
+			Names      []string `json:"names"`
+		}
+		h.api("POST", "/sandboxes/"+sb.SandboxID+"/snapshots", h.a, map[string]any{"name": "e2b-snap"}, http.StatusCreated, &snap)
+		if snap.SnapshotID != "e2b-snap" || len(snap.Names) != 1 || snap.Names[0] != "e2b-snap" {
+			t.Errorf("snapshot %+v", snap)
+		}
+		for _, tc := range []struct {
+			query string
+			want  int
+		}{{"", 1}, {"?sandboxID=" + sb.SandboxID, 1}, {"?sandboxID=abcdefgh12345678", 0}, {"?name=other", 0}} {
+			var l []map[string]any
+			h.api("GET", "/snapshots"+tc.query, h.a, nil, http.StatusOK, &l)
+			if len(l) != tc.want {
+				t.Errorf("GET /snapshots%s: %v, want %d", tc.query, l, tc.want)
+			}
+		}
+		from := h.create(h.a, map[string]any{"templateID": "e2b-snap"})
+		if from.TemplateID != "code-interpreter" {
+			t.Errorf("sandbox from the snapshot: %+v", from)
+		}
+		if lines, _ := execute(h, from, map[string]any{"code": "x"}); mainText(lines) != "41" {
+			t.Errorf("restored from the snapshot, x = %q, want 41", mainText(lines))
+		}
+		h.api("DELETE", "/templates/e2b-snap", h.a, nil, http.StatusNoContent, nil)
+		h.api("DELETE", "/templates/e2b-snap", h.a, nil, http.StatusNotFound, nil)
 	}
 
 	// Killed during an execution: the connection is torn down, not ended

@@ -68,6 +68,9 @@ func (h *Handler) registerControl() {
 	h.route("GET /sandboxes/{id}/metrics", h.metrics)
 	h.route("PUT /sandboxes/{id}/network", h.updateNetwork)
 	h.route("POST /sandboxes/{id}/fork", h.fork)
+	h.route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
+	h.route("GET /snapshots", h.listSnapshots)
+	h.route("DELETE /templates/{id}", h.deleteTemplate)
 	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		r.Pattern = "E2B unmatched"
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))
@@ -118,9 +121,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 		Network: networkOptions(req.AllowInternetAccess, req.Network),
 	}
 	setAutoPause(&opts, req.AutoPause)
+	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
 	err := errdefs.ErrNotFound
-	if template.ValidName(opts.Template) {
+	if opts.Snapshot != "" || template.ValidName(opts.Template) {
 		sb, err = h.m.Create(r.Context(), opts)
 	}
 	if errors.Is(err, errdefs.ErrNotFound) { // only the template can be missing
