@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kiln-sh/kiln/client"
@@ -19,6 +20,9 @@ const (
 	// maxSessions bounds the live MCP sessions of a server; a session
 	// without a sandbox costs memory only, until its idle timeout.
 	maxSessions = 10000
+	// maxUserSessions bounds those of one user (API key), so that one
+	// cannot take them all.
+	maxUserSessions = 100
 	// maxRequestBody bounds one MCP message (code of up to 1 MiB,
 	// escaped in JSON).
 	maxRequestBody = 8 << 20
@@ -40,7 +44,7 @@ type HTTPHandler struct {
 	h *mcp.StreamableHTTPHandler
 
 	mu        sync.Mutex
-	live      map[*Session]struct{}
+	live      map[*Session]string // the user of each live session
 	closed    bool
 	closeOnce sync.Once
 }
@@ -60,12 +64,13 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 		// most every refreshEvery.
 		o.Session.Timeout = o.IdleTimeout + refreshEvery
 	}
-	hh := &HTTPHandler{live: map[*Session]struct{}{}}
+	hh := &HTTPHandler{live: map[*Session]string{}}
 	hh.h = mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		hh.mu.Lock()
-		refuse := hh.closed || len(hh.live) >= maxSessions
-		hh.mu.Unlock()
-		if refuse {
+		var user string
+		if ti := auth.TokenInfoFromContext(r.Context()); ti != nil {
+			user = ti.UserID
+		}
+		if !hh.admit(user, nil) {
 			return nil // 400: shutting down, or too many sessions
 		}
 		// The session counts once it is attached to its MCP session
@@ -73,15 +78,7 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 		// that far (a probe of the stateless protocol, a failed
 		// initialize) leaves nothing behind.
 		sess := NewSession(clientFor(r), o.Session)
-		sess.onAttach = func() bool {
-			hh.mu.Lock()
-			defer hh.mu.Unlock()
-			if hh.closed {
-				return false
-			}
-			hh.live[sess] = struct{}{}
-			return true
-		}
+		sess.onAttach = func() bool { return hh.admit(user, sess) }
 		sess.onClose = func() {
 			hh.mu.Lock()
 			delete(hh.live, sess)
@@ -101,6 +98,31 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 
 func (hh *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { hh.h.ServeHTTP(w, r) }
 
+// admit reports whether user may have another session, and if so counts
+// sess (unless nil) as live.
+func (hh *HTTPHandler) admit(user string, sess *Session) bool {
+	hh.mu.Lock()
+	defer hh.mu.Unlock()
+	if hh.closed || len(hh.live) >= maxSessions {
+		return false
+	}
+	if user != "" {
+		n := 0
+		for _, u := range hh.live {
+			if u == user {
+				n++
+			}
+		}
+		if n >= maxUserSessions {
+			return false
+		}
+	}
+	if sess != nil {
+		hh.live[sess] = user
+	}
+	return true
+}
+
 // Close ends every MCP session, kills their sandboxes and refuses new
 // sessions. Concurrent calls wait for the first.
 func (hh *HTTPHandler) Close() {
@@ -108,7 +130,7 @@ func (hh *HTTPHandler) Close() {
 		hh.mu.Lock()
 		hh.closed = true
 		live := hh.live
-		hh.live = map[*Session]struct{}{}
+		hh.live = map[*Session]string{}
 		hh.mu.Unlock()
 		var wg sync.WaitGroup
 		for s := range live {

@@ -97,3 +97,27 @@ func TestClip(t *testing.T) {
 		t.Error("short text changed")
 	}
 }
+
+// TestAdmit checks the bounds on live HTTP sessions: per user, then none
+// after Close.
+func TestAdmit(t *testing.T) {
+	hh := NewHTTPHandler(nil, HTTPOptions{})
+	for i := range maxUserSessions {
+		if !hh.admit("key_a", NewSession(nil, Options{})) {
+			t.Fatalf("session %d refused", i)
+		}
+	}
+	if hh.admit("key_a", nil) || !hh.admit("key_b", NewSession(nil, Options{})) || !hh.admit("", nil) {
+		t.Error("per-user bound wrong")
+	}
+	if hh.Sessions() != maxUserSessions+1 {
+		t.Errorf("%d sessions", hh.Sessions())
+	}
+	hh.mu.Lock()
+	clear(hh.live) // their sandboxes are imaginary: nothing for Close to kill
+	hh.mu.Unlock()
+	hh.Close()
+	if hh.admit("key_b", nil) {
+		t.Error("admitted after Close")
+	}
+}
