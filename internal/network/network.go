@@ -228,6 +228,9 @@ func (n *Network) build(ctx context.Context, id string, slot int) error {
 	}
 	host, router := n.slotAddrs(slot)
 	link := hostLink(slot)
+	// A namespace's links die asynchronously after `ip netns del`: a link
+	// of a network removed without Detach may still hold the name.
+	_ = n.delHostLink(ctx, slot)
 	if err := ipCmd(ctx, n.cfg.HostNS,
 		"link add "+link+" type veth peer name up0 netns "+rns,
 		"addr add "+host.String()+"/30 dev "+link,
@@ -334,6 +337,9 @@ func (n *Network) Detach(ctx context.Context, id string) error {
 		ep.mu.Lock()
 		errs = append(errs, n.setPairs(ctx, ep, nil))
 		ep.mu.Unlock()
+		// Deleting the host's end takes the router's with it at once,
+		// so the slot is free when Detach returns.
+		errs = append(errs, n.delHostLink(ctx, ep.slot))
 	}
 	errs = append(errs, n.teardown(ctx, id))
 	if ep != nil {
@@ -347,6 +353,18 @@ func (n *Network) Detach(ctx context.Context, id string) error {
 }
 
 func (n *Network) teardown(ctx context.Context, id string) error { return Remove(ctx, id) }
+
+// delHostLink deletes a slot's host-side link if it exists.
+func (n *Network) delHostLink(ctx context.Context, slot int) error {
+	link := hostLink(slot)
+	if err := inNS(n.cfg.HostNS, func() error {
+		_, err := net.InterfaceByName(link)
+		return err
+	}); err != nil {
+		return nil // not there
+	}
+	return ipCmd(ctx, n.cfg.HostNS, "link del "+link)
+}
 
 // Remove removes sandbox id's namespaces, if any; their links go with
 // them (a host without a Network uses it to clean up after one).
