@@ -237,23 +237,32 @@ func (p *pools) kick() {
 
 // take removes and returns a ready sandbox of tmpl for a sandbox like
 // want, counting a hit or a miss; nil if there is none.
-func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limits Limits) *pooled {
+// Sandboxes of an older build of the template are removed from the pool
+// and returned as stale, for the caller to destroy.
+func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limits Limits) (_ *pooled, stale []*pooled) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.targets[tmpl.Name] == 0 {
-		return nil
+		return nil, nil
 	}
 	q := p.ready[tmpl.Name]
-	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits || q[0].hash != tmpl.Hash {
+	for len(q) > 0 && q[0].hash != tmpl.Hash {
+		stale, q = append(stale, q[0]), q[1:]
+	}
+	p.ready[tmpl.Name] = q
+	if len(stale) > 0 {
+		p.kick()
+	}
+	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits {
 		p.misses[tmpl.Name]++
-		return nil
+		return nil, stale
 	}
 	e := q[0]
 	p.ready[tmpl.Name] = q[1:]
 	p.hits[tmpl.Name]++
 	p.claimed = time.Now()
 	p.kick()
-	return e
+	return e, stale
 }
 
 // claim turns a pooled sandbox into the sandbox want describes (its id
@@ -268,7 +277,14 @@ func (m *Manager) claim(ctx context.Context, want Sandbox, tmpl *template.Templa
 	if err != nil {
 		return Sandbox{}, false, nil
 	}
-	e := p.take(tmpl, want, m.runtimes[m.cfg.Runtime].Name(), limits)
+	e, stale := p.take(tmpl, want, m.runtimes[m.cfg.Runtime].Name(), limits)
+	for _, s := range stale {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			m.discard(ctx, s.b)
+		}()
+	}
 	if e == nil {
 		return Sandbox{}, false, nil
 	}

@@ -287,6 +287,14 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	if c, err := tmpl.Checkpoint(key); err == nil {
 		return c, nil
 	}
+	unlock, err := tmpl.LockWarm(ctx) // another process may be building it
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if c, err := tmpl.Checkpoint(key); err == nil {
+		return c, nil
+	}
 	t0 := time.Now()
 	limits, err := limitsFor(Limits{}, Limits{CPUs: tmpl.Defaults.CPUs, MemoryBytes: tmpl.Defaults.MemoryBytes, DiskBytes: tmpl.Defaults.DiskBytes}, m.cfg.Limits)
 	if err != nil {

@@ -1,15 +1,18 @@
 package template
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -109,6 +112,37 @@ func (t *Template) Checkpoint(key string) (*Checkpoint, error) {
 	return &c, nil
 }
 
+// LockWarm takes an exclusive lock on the build's warm checkpoints, held
+// across processes (flock), so that concurrent builders (kiln serve, kiln
+// template build, tests) build a checkpoint once: the second finds it.
+// It waits until the lock is free or ctx is done.
+func (t *Template) LockWarm(ctx context.Context) (unlock func(), err error) {
+	parent := filepath.Join(t.Dir, warmDirName)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, fmt.Errorf("creating warm dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(parent, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening warm lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking warm dir: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for another warm build: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // NewCheckpointDir makes a private dir to build a warm checkpoint in; pass
 // it to PublishCheckpoint.
 func (t *Template) NewCheckpointDir() (string, error) {
@@ -159,6 +193,9 @@ func (t *Template) pruneCheckpoints(keep string) {
 		fi, err := e.Info()
 		if err != nil {
 			continue
+		}
+		if !e.IsDir() {
+			continue // the lock
 		}
 		if strings.HasPrefix(e.Name(), warmBuildPrefix) {
 			if time.Since(fi.ModTime()) > time.Hour {

@@ -94,3 +94,33 @@ func TestPublishCheckpoint(t *testing.T) {
 		t.Errorf("republished at %s", c.Dir)
 	}
 }
+
+// One warm build at a time per template build, across processes (flock:
+// here two opens in one process, which conflict the same way).
+func TestLockWarm(t *testing.T) {
+	dataDir := t.TempDir()
+	r := CodeInterpreter()
+	fakeBuild(t, dataDir, r)
+	if err := setCurrent(filepath.Join(Dir(dataDir), r.Name), r.Hash()); err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := Lookup(dataDir, r.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := tmpl.LockWarm(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := tmpl.LockWarm(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second lock while held: %v, want to wait until the deadline", err)
+	}
+	unlock()
+	unlock2, err := tmpl.LockWarm(context.Background())
+	if err != nil {
+		t.Fatalf("lock after unlock: %v", err)
+	}
+	unlock2()
+}
