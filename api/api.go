@@ -124,6 +124,9 @@ type FileInfo struct {
 	// Xattrs are extended attributes, when asked for by prefix, keyed by
 	// their names without it.
 	Xattrs map[string]string `json:"xattrs,omitempty"`
+	// Target is, for a symlink when asked, what it finally points to (at
+	// its resolved absolute path); absent if the link is broken.
+	Target *FileInfo `json:"target,omitempty"`
 }
 
 // FileOp is what happened to a watched path.

@@ -16,7 +16,7 @@ func (s *Server) stat(ctx context.Context, p wire.PathParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.files.Stat(ctx, a.filesUser(), p.Path, p.XattrPrefix)
+	return s.files.Stat(ctx, a.filesUser(), p.Path, files.Detail{XattrPrefix: p.XattrPrefix, Links: p.ResolveLinks})
 }
 
 func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {
@@ -24,7 +24,7 @@ func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.files.List(ctx, a.filesUser(), p.Path, p.Depth, p.XattrPrefix)
+	return s.files.List(ctx, a.filesUser(), p.Path, p.Depth, files.Detail{XattrPrefix: p.XattrPrefix, Links: p.ResolveLinks})
 }
 
 func (s *Server) mkdir(ctx context.Context, p wire.PathParams) (any, error) {

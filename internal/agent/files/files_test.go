@@ -86,7 +86,7 @@ func TestAsUserOwnership(t *testing.T) {
 	if os.Geteuid() != 0 || os.Getegid() != 0 {
 		t.Error("the calling thread's credentials changed")
 	}
-	info, err := s.Stat(context.Background(), u, "a", "")
+	info, err := s.Stat(context.Background(), u, "a", Detail{})
 	if err != nil || info.Owner == "" || info.Type != api.FileDir || info.Mode != 0o755 {
 		t.Errorf("stat = %+v, %v", info, err)
 	}

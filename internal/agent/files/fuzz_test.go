@@ -49,7 +49,7 @@ func FuzzResolve(f *testing.F) {
 		}
 		// Stat through the service, relative to a real home with
 		// symlinks to / and to themselves.
-		_, err = svc.Stat(context.Background(), User{Name: "root", Home: home}, p, "")
+		_, err = svc.Stat(context.Background(), User{Name: "root", Home: home}, p, Detail{})
 		var e *api.Error
 		if err != nil && !errors.As(err, &e) {
 			t.Fatalf("stat %q: unclassified error %v", p, err)

@@ -21,18 +21,50 @@ const (
 // errTooMany stops a listing walk.
 var errTooMany = errors.New("too many entries")
 
-// Stat describes path itself (a symlink is not followed). With an
-// xattrPrefix, the description carries its extended attributes under it
-// (see Xattrs).
-func (s *Service) Stat(ctx context.Context, u User, path, xattrPrefix string) (api.FileInfo, error) {
+// Detail is what Stat and List add to a description beyond stat(2).
+type Detail struct {
+	// XattrPrefix adds the extended attributes whose names start with it
+	// (it must start with "user."), keyed by the rest of their names.
+	XattrPrefix string
+	// Links adds to a symlink what it finally points to (FileInfo.Target),
+	// unless it is broken.
+	Links bool
+}
+
+func (d Detail) check() error {
+	if d.XattrPrefix == "" {
+		return nil
+	}
+	return checkXattrPrefix(d.XattrPrefix)
+}
+
+// add adds the details to info; it runs as the user.
+func (d Detail) add(info *api.FileInfo, n *names) error {
+	if d.Links && info.Type == api.FileSymlink {
+		if t, err := filepath.EvalSymlinks(info.Path); err == nil {
+			if fi, err := os.Stat(t); err == nil {
+				target := fileInfo(t, fi, n)
+				info.Target = &target
+			}
+		}
+	}
+	if d.XattrPrefix != "" {
+		var err error
+		if info.Xattrs, err = readXattrs(info.Path, d.XattrPrefix); err != nil && !ignorableXattrError(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stat describes path itself (a symlink is not followed), with details.
+func (s *Service) Stat(ctx context.Context, u User, path string, d Detail) (api.FileInfo, error) {
 	p, err := Resolve(u, path)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
-	if xattrPrefix != "" {
-		if err := checkXattrPrefix(xattrPrefix); err != nil {
-			return api.FileInfo{}, err
-		}
+	if err := d.check(); err != nil {
+		return api.FileInfo{}, err
 	}
 	var info api.FileInfo
 	err = asUser(u, func() error {
@@ -40,13 +72,9 @@ func (s *Service) Stat(ctx context.Context, u User, path, xattrPrefix string) (a
 		if err != nil {
 			return err
 		}
-		info = fileInfo(p, fi, loadNames())
-		if xattrPrefix != "" {
-			if info.Xattrs, err = readXattrs(p, xattrPrefix); err != nil && !ignorableXattrError(err) {
-				return err
-			}
-		}
-		return nil
+		n := loadNames()
+		info = fileInfo(p, fi, n)
+		return d.add(&info, n)
 	})
 	return info, classify("stat", p, err)
 }
@@ -55,17 +83,14 @@ func (s *Service) Stat(ctx context.Context, u User, path, xattrPrefix string) (a
 // the default, lists the directory's own entries). A symlink named by
 // path is followed; symlinks inside are listed, not followed. Entries of
 // each directory are sorted by name, each directory's entries following
-// the directory itself. With an xattrPrefix, each entry carries its
-// extended attributes under it (see Xattrs).
-func (s *Service) List(ctx context.Context, u User, path string, depth int, xattrPrefix string) ([]api.FileInfo, error) {
+// the directory itself. Each entry has the details d asks for.
+func (s *Service) List(ctx context.Context, u User, path string, depth int, d Detail) ([]api.FileInfo, error) {
 	p, err := Resolve(u, path)
 	if err != nil {
 		return nil, err
 	}
-	if xattrPrefix != "" {
-		if err := checkXattrPrefix(xattrPrefix); err != nil {
-			return nil, err
-		}
+	if err := d.check(); err != nil {
+		return nil, err
 	}
 	depth = max(depth, 1)
 	out := []api.FileInfo{}
@@ -77,11 +102,12 @@ func (s *Service) List(ctx context.Context, u User, path string, depth int, xatt
 		if !fi.IsDir() {
 			return apiErrorf(api.CodeInvalidArgument, "listing %s: not a directory", p)
 		}
-		if err := listDir(ctx, p, depth, loadNames(), &out); err != nil || xattrPrefix == "" {
+		n := loadNames()
+		if err := listDir(ctx, p, depth, n, &out); err != nil || d == (Detail{}) {
 			return err
 		}
 		for i := range out {
-			if out[i].Xattrs, err = readXattrs(out[i].Path, xattrPrefix); err != nil && !ignorableXattrError(err) {
+			if err := d.add(&out[i], n); err != nil {
 				return err
 			}
 		}

@@ -16,7 +16,7 @@ import (
 
 // TestWriteXattrsInPlace writes files in place and with extended
 // attributes, which later writes replace, and reads them back by Stat
-// and List.
+// and List, which also resolves symlinks.
 func TestWriteXattrsInPlace(t *testing.T) {
 	dir := t.TempDir()
 	probe := filepath.Join(dir, "probe")
@@ -70,18 +70,38 @@ func TestWriteXattrsInPlace(t *testing.T) {
 		if st.opts.InPlace && before != 0 && inode(p) != before {
 			t.Errorf("%s: in-place write replaced the file", st.name)
 		}
-		if fi, err := s.Stat(ctx, u, "f", "user.app."); err != nil || !maps.Equal(fi.Xattrs, st.want) {
+		if fi, err := s.Stat(ctx, u, "f", Detail{XattrPrefix: "user.app."}); err != nil || !maps.Equal(fi.Xattrs, st.want) {
 			t.Errorf("%s: Stat = %+v, %v; want xattrs %v", st.name, fi, err, st.want)
 		}
 	}
+	os.Symlink("f", filepath.Join(dir, "link"))
+	os.Symlink("nowhere", filepath.Join(dir, "broken"))
 	unix.Setxattr(p, "user.app.listed", []byte("yes"), 0)
-	list, err := s.List(ctx, u, ".", 1, "user.app.")
+	list, err := s.List(ctx, u, ".", 1, Detail{XattrPrefix: "user.app.", Links: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	seen := 0
 	for _, fi := range list {
-		if fi.Name == "f" && fi.Xattrs["listed"] != "yes" {
-			t.Errorf("List entry %+v", fi)
+		switch fi.Name {
+		case "f":
+			seen++
+			if fi.Xattrs["listed"] != "yes" || fi.Target != nil {
+				t.Errorf("List entry %+v", fi)
+			}
+		case "link": // described with what it points to
+			seen++
+			if fi.Type != api.FileSymlink || fi.Target == nil || fi.Target.Path != p || fi.Target.Type != api.FileRegular {
+				t.Errorf("List entry %+v (target %+v)", fi, fi.Target)
+			}
+		case "broken":
+			seen++
+			if fi.Type != api.FileSymlink || fi.Target != nil {
+				t.Errorf("List entry %+v", fi)
+			}
 		}
+	}
+	if seen != 3 {
+		t.Errorf("List = %+v", list)
 	}
 }

@@ -146,6 +146,9 @@ type PathParams struct {
 	// extended attributes whose names start with it to the result
 	// (api.FileInfo.Xattrs).
 	XattrPrefix string `json:"xattr_prefix,omitempty"`
+	// ResolveLinks adds to a symlink what it finally points to
+	// (api.FileInfo.Target), unless it is broken.
+	ResolveLinks bool `json:"resolve_links,omitempty"`
 }
 
 // ListParams lists a directory to Depth levels (1 = its entries only).
@@ -153,9 +156,9 @@ type ListParams struct {
 	Path  string `json:"path"`
 	Depth int    `json:"depth,omitempty"`
 	User  string `json:"user,omitempty"`
-	// XattrPrefix adds extended attributes to each entry, as for
-	// PathParams.
-	XattrPrefix string `json:"xattr_prefix,omitempty"`
+	// XattrPrefix and ResolveLinks add to each entry, as for PathParams.
+	XattrPrefix  string `json:"xattr_prefix,omitempty"`
+	ResolveLinks bool   `json:"resolve_links,omitempty"`
 }
 
 // MoveParams renames From to To, creating To's parents.

@@ -42,6 +42,10 @@ func (t *target) entry(ctx context.Context, user string, fi api.FileInfo) (*file
 	if fi.Type != api.FileSymlink {
 		return e, nil
 	}
+	if fi.Target != nil { // the agent resolved it
+		e.Type, e.Mode, e.SymlinkTarget = fileType(fi.Target.Type), fi.Target.Mode&0o777, &fi.Target.Path
+		return e, nil
+	}
 	target, err := t.resolveLink(ctx, user, fi)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrInvalidArgument), errors.Is(err, errdefs.ErrPermissionDenied):
@@ -58,14 +62,15 @@ func (t *target) entry(ctx context.Context, user string, fi api.FileInfo) (*file
 // is an agent round trip, and the channel carries many calls at a time.
 const linkWorkers = 16
 
-// entries describes a listing, resolving its symlinks concurrently.
+// entries describes a listing, resolving the symlinks the agent did not
+// (the broken ones) concurrently.
 func (t *target) entries(ctx context.Context, user string, fis []api.FileInfo) ([]*filesystem.EntryInfo, error) {
 	out := make([]*filesystem.EntryInfo, len(fis))
 	errs := make([]error, len(fis))
 	sem := make(chan struct{}, linkWorkers)
 	var wg sync.WaitGroup
 	for i, fi := range fis {
-		if fi.Type != api.FileSymlink {
+		if fi.Type != api.FileSymlink || fi.Target != nil {
 			out[i], errs[i] = t.entry(ctx, user, fi)
 			continue
 		}
@@ -79,7 +84,9 @@ func (t *target) entries(ctx context.Context, user string, fis []api.FileInfo) (
 	return out, errors.Join(errs...)
 }
 
-// resolveLink follows the symlink fi to what it finally names.
+// resolveLink follows the symlink fi to what it finally names, one agent
+// call per link, for descriptions the agent made without ResolveLinks
+// and for broken links.
 func (t *target) resolveLink(ctx context.Context, user string, fi api.FileInfo) (api.FileInfo, error) {
 	for range maxLinkHops {
 		next := fi.SymlinkTarget
@@ -90,7 +97,7 @@ func (t *target) resolveLink(ctx context.Context, user string, fi api.FileInfo) 
 		if fi, err = t.agent.Stat(ctx, wire.PathParams{Path: next, User: user}); err != nil {
 			return fi, err
 		}
-		if fi.Type != api.FileSymlink {
+		if fi.Type != api.FileSymlink || fi.Target != nil {
 			return fi, nil
 		}
 	}

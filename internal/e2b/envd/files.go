@@ -26,10 +26,13 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
 		return
 	}
-	p := wire.PathParams{Path: expandPath(q.Get("path"), t.sb), User: user}
+	p := wire.PathParams{Path: expandPath(q.Get("path"), t.sb), User: user, ResolveLinks: true}
 	fi, err := t.agent.Stat(ctx, p)
-	if err == nil && fi.Type == api.FileSymlink {
-		fi, err = t.resolveLink(ctx, user, fi)
+	switch {
+	case err == nil && fi.Target != nil:
+		fi = *fi.Target
+	case err == nil && fi.Type == api.FileSymlink:
+		err = fmt.Errorf("%s is a broken symlink: %w", fi.Path, errdefs.ErrNotFound)
 	}
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):

@@ -233,6 +233,8 @@ func TestFilesUploadDownload(t *testing.T) {
 		wantBody string
 	}{
 		{"identity", "?path=/home/user/up/a.txt", false, 200, []byte("alpha"), ""},
+		{"through a symlink", "?path=alink", false, 200, []byte("alpha"), ""},
+		{"broken symlink", "?path=blink", false, 404, nil, `{"code":404,"message":"path 'blink' does not exist"}`},
 		{"gzip", "?path=up/nested/b.txt", true, 200, []byte("beta"), ""},
 		{"large", "?path=raw.bin", true, 200, big, ""},
 		{"large identity", "?path=~/raw.bin", false, 200, big, ""},
@@ -241,6 +243,7 @@ func TestFilesUploadDownload(t *testing.T) {
 		{"missing", "?path=nope.txt", true, 404, nil, `{"code":404,"message":"path 'nope.txt' does not exist"}`},
 		{"directory", "?path=/home/user/up", false, 400, nil, `{"code":400,"message":"path '/home/user/up' is a directory"}`},
 	}
+	e.sh(t, "", "ln -s up/a.txt ~/alink && ln -s /nowhere ~/blink")
 	for _, tt := range downloads {
 		t.Run("download "+tt.name, func(t *testing.T) {
 			hdr := map[string]string{"X-Access-Token": e.token, "Accept-Encoding": "identity"}

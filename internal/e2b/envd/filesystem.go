@@ -34,7 +34,7 @@ func (s filesystemService) Stat(ctx context.Context, req *connect.Request[filesy
 }
 
 func (t *target) stat(ctx context.Context, user, p string) (*filesystem.EntryInfo, error) {
-	fi, err := t.agent.Stat(ctx, wire.PathParams{Path: expandPath(p, t.sb), User: user, XattrPrefix: metadataXattrs})
+	fi, err := t.agent.Stat(ctx, wire.PathParams{Path: expandPath(p, t.sb), User: user, XattrPrefix: metadataXattrs, ResolveLinks: true})
 	if err != nil {
 		return nil, rpcError(err)
 	}
@@ -98,7 +98,7 @@ func (s filesystemService) ListDir(ctx context.Context, req *connect.Request[fil
 		return nil, err
 	}
 	fis, err := t.agent.List(ctx, wire.ListParams{Path: expandPath(req.Msg.GetPath(), t.sb),
-		Depth: int(min(max(req.Msg.GetDepth(), 1), 1<<16)), User: user, XattrPrefix: metadataXattrs})
+		Depth: int(min(max(req.Msg.GetDepth(), 1), 1<<16)), User: user, XattrPrefix: metadataXattrs, ResolveLinks: true})
 	if err != nil {
 		return nil, rpcError(err)
 	}

@@ -96,7 +96,7 @@ func (t *target) watch(ctx context.Context, user string, spec watchSpec, emit fu
 		}
 		fe := &filesystem.FilesystemEvent{Name: relativeTo(root, ev.File.Path), Type: eventType(ev.File.Op)}
 		if spec.includeEntry && (ev.File.Op == api.FileCreate || ev.File.Op == api.FileWrite || ev.File.Op == api.FileChmod) {
-			if fi, err := t.agent.Stat(ctx, wire.PathParams{Path: ev.File.Path, User: user, XattrPrefix: metadataXattrs}); err == nil {
+			if fi, err := t.agent.Stat(ctx, wire.PathParams{Path: ev.File.Path, User: user, XattrPrefix: metadataXattrs, ResolveLinks: true}); err == nil {
 				fe.Entry, _ = t.entry(ctx, user, fi)
 			}
 		}
