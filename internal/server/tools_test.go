@@ -96,8 +96,8 @@ func TestCallTool(t *testing.T) {
 
 // TestMCPSessionLifecycle checks the sandbox of an MCP session over HTTP:
 // an idle session ends and takes its sandbox with it; a sandbox killed
-// from outside is reported lost, then replaced; Close (a server shutdown)
-// ends the rest.
+// from outside is reported lost, then replaced; create_sandbox and
+// kill_sandbox replace it; Close (a server shutdown) ends the rest.
 func TestMCPSessionLifecycle(t *testing.T) {
 	h := newHarness(t, true, harnessOpts{})
 	c := client.New(h.ts.URL, h.a)
@@ -149,7 +149,35 @@ func TestMCPSessionLifecycle(t *testing.T) {
 		t.Fatalf("call after the sandbox was killed: %+v, %v", res, err)
 	}
 	liveID := hostname(live)
-	if liveID == killedID || hh.Sessions() != 1 || gone(liveID) {
+	if liveID == killedID || gone(liveID) {
+		t.Fatalf("sandbox after the lost one: %s", liveID)
+	}
+
+	// create_sandbox replaces the sandbox, but only once the new one
+	// runs; kill_sandbox kills it and the next call starts another.
+	call := func(name string, args map[string]any) *mcp.CallToolResult {
+		res, err := live.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return res
+	}
+	if res := call("create_sandbox", map[string]any{"template": "no-such-template"}); !res.IsError || hostname(live) != liveID {
+		t.Errorf("create_sandbox of a missing template: %+v", res.Content[0])
+	}
+	if res := call("create_sandbox", map[string]any{}); res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "previous sandbox was killed") {
+		t.Errorf("create_sandbox: %+v", res.Content[0])
+	}
+	if newID := hostname(live); newID == liveID || !gone(liveID) {
+		t.Errorf("after create_sandbox: %s, the old %s gone: %v", newID, liveID, gone(liveID))
+	} else {
+		liveID = newID
+	}
+	if res := call("kill_sandbox", nil); res.IsError || !gone(liveID) {
+		t.Errorf("kill_sandbox: %+v, gone %v", res.Content[0], gone(liveID))
+	}
+	liveID = hostname(live)
+	if hh.Sessions() != 1 || gone(liveID) {
 		t.Fatalf("%d sessions, sandbox %s gone: %v", hh.Sessions(), liveID, gone(liveID))
 	}
 	hh.Close()

@@ -152,7 +152,8 @@ func (s *Session) create(ctx context.Context, template string) *api.ToolResult {
 	return nil
 }
 
-// recreate replaces the session's sandbox with a fresh one.
+// recreate gives the session a fresh sandbox; the old one is killed once
+// the new one runs (one given in Options.Sandbox is left running).
 func (s *Session) recreate(ctx context.Context, template string) *api.ToolResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -162,20 +163,32 @@ func (s *Session) recreate(ctx context.Context, template string) *api.ToolResult
 	if template == "" {
 		template = s.opts.Template
 	}
-	s.killLocked(ctx)
+	old, owned := s.id, s.owned
 	if res := s.create(ctx, template); res != nil {
 		return res
 	}
-	return text(fmt.Sprintf("Started sandbox %s (template %s). Earlier state is gone.", s.id, template))
+	msg := fmt.Sprintf("Started sandbox %s (template %s).", s.id, template)
+	switch {
+	case old != "" && owned:
+		s.killSandbox(ctx, old)
+		msg += " The previous sandbox was killed: its state is gone."
+	case old != "":
+		msg += " The previous sandbox " + old + " keeps running outside this session."
+	}
+	return text(msg)
 }
 
 func (s *Session) kill(ctx context.Context) *api.ToolResult {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.id == "" {
+	id, owned := s.id, s.owned
+	switch {
+	case id == "":
 		return text("The session has no sandbox; the next call starts one.")
+	case !owned:
+		s.id = ""
+		return text("Left sandbox " + id + ", which was given to this session: it keeps running. The next call starts a new one.")
 	}
-	id := s.id
 	if err := s.killLocked(ctx); err != nil {
 		return failure(err)
 	}
@@ -190,6 +203,11 @@ func (s *Session) killLocked(ctx context.Context) error {
 	if id == "" || !owned {
 		return nil
 	}
+	return s.killSandbox(ctx, id)
+}
+
+// killSandbox kills sandbox id; one already gone is not an error.
+func (s *Session) killSandbox(ctx context.Context, id string) error {
 	err := s.c.KillSandbox(ctx, id)
 	if client.IsCode(err, api.CodeNotFound) {
 		err = nil
