@@ -234,9 +234,13 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 	}
 	// In place, as envd writes, so watchers see the file's own events;
 	// the metadata replaces what the file had.
+	in := &bodyReader{r: body}
 	fi, err := u.t.agent.WriteFile(r.Context(), wire.WriteParams{Path: p, User: u.user, InPlace: true,
-		XattrPrefix: metadataXattrs, Xattrs: u.metadata}, body)
-	if err != nil {
+		XattrPrefix: metadataXattrs, Xattrs: u.metadata}, in)
+	switch {
+	case in.err != nil:
+		return http.StatusBadRequest, fmt.Sprintf("error reading the upload: %v", in.err)
+	case err != nil:
 		return httpStatus(err)
 	}
 	for _, e := range u.written {
@@ -246,6 +250,21 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 	}
 	u.written = append(u.written, fileEntry{Path: fi.Path, Name: path.Base(fi.Path), Type: "file", Metadata: fi.Xattrs})
 	return http.StatusOK, ""
+}
+
+// bodyReader remembers why reading an upload failed (a broken
+// connection, bad gzip), which is the client's fault, not the sandbox's.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
 }
 
 // Limits of a file's metadata, as envd's: what fits the extended

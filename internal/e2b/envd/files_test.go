@@ -180,6 +180,11 @@ func TestFilesUploadDownload(t *testing.T) {
 		{"gzip octet-stream", "?path=/tmp/gz.txt&username=root", map[string]string{"Content-Encoding": "gzip"}, func() (string, io.Reader) {
 			return "application/octet-stream", gzipped(t, []byte("unzipped"))
 		}, 200, []written{{"/tmp/gz.txt", "gz.txt", "file"}}, ""},
+		{"corrupt gzip", "?path=/tmp/corrupt", map[string]string{"Content-Encoding": "gzip"}, func() (string, io.Reader) {
+			b := gzipped(t, bytes.Repeat([]byte("x"), 1<<20)).Bytes()
+			b[len(b)/2] ^= 0xff
+			return "application/octet-stream", bytes.NewReader(b)
+		}, 400, nil, ""},
 		{"empty file", "?path=/tmp/empty", nil, func() (string, io.Reader) {
 			return "application/octet-stream", strings.NewReader("")
 		}, 200, []written{{"/tmp/empty", "empty", "file"}}, ""},
