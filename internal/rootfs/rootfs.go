@@ -360,3 +360,31 @@ func CopySparse(dst, src string) (err error) {
 	}
 	return nil
 }
+
+// Syncer tells whether what was written to a layer reached the host's
+// disk. A sandbox's own fsync may not report that the host disk under its
+// image is full: under gVisor the error can land on a host descriptor the
+// sentry does not ask. syncfs on the layer's file system reports every
+// writeback error since the Syncer was made.
+type Syncer struct{ f *os.File }
+
+// NewSyncer watches the layer of dir (as for Mount) from now on.
+func NewSyncer(dir string) (*Syncer, error) {
+	f, err := os.Open(filepath.Join(dir, layerName))
+	if err != nil {
+		return nil, fmt.Errorf("opening layer: %w", err)
+	}
+	return &Syncer{f}, nil
+}
+
+// Sync writes the layer's dirty data to the host's disk and reports any
+// failure to store it since the Syncer was made.
+func (s *Syncer) Sync() error {
+	if err := unix.Syncfs(int(s.f.Fd())); err != nil {
+		return fmt.Errorf("syncing layer: %w", err)
+	}
+	return nil
+}
+
+// Close releases the Syncer.
+func (s *Syncer) Close() error { return s.f.Close() }

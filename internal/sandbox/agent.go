@@ -11,6 +11,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/rootfs"
 )
 
 // Agent is the host's typed client of one sandbox's kiln-agent. What the
@@ -18,6 +19,10 @@ import (
 // decoding errors end the call.
 type Agent struct {
 	conn *channel.Conn
+	// layer is the sandbox's writable layer (rootfs.Mount's dir), synced
+	// after an upload so that an acknowledged upload is on the host's
+	// disk; "" skips that.
+	layer string
 }
 
 // Ping round-trips an empty call.
@@ -158,6 +163,27 @@ func (a *Agent) ReadFile(ctx context.Context, p wire.PathParams, w io.Writer) (a
 
 // WriteFile streams r into a file, creating its parents.
 func (a *Agent) WriteFile(ctx context.Context, p wire.WriteParams, r io.Reader) (api.FileInfo, error) {
+	var fi api.FileInfo
+	if a.layer != "" {
+		// Watch the layer from before the upload: a full or failing host
+		// disk under it surfaces here, not in the sandbox's fsync.
+		sync, err := rootfs.NewSyncer(a.layer)
+		if err != nil {
+			return fi, err
+		}
+		defer sync.Close()
+		fi, err := a.writeFile(ctx, p, r)
+		if err == nil {
+			if serr := sync.Sync(); serr != nil {
+				err = fmt.Errorf("disk full: the host could not store the upload: %v: %w", serr, errdefs.ErrResourceExhausted)
+			}
+		}
+		return fi, err
+	}
+	return a.writeFile(ctx, p, r)
+}
+
+func (a *Agent) writeFile(ctx context.Context, p wire.WriteParams, r io.Reader) (api.FileInfo, error) {
 	var fi api.FileInfo
 	st, err := a.conn.Call(ctx, wire.MethodWrite, p)
 	if err != nil {

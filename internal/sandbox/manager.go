@@ -518,7 +518,7 @@ func (m *Manager) Agent(id ID) (*Agent, error) {
 	if b.rec.State != StateRunning || b.conn == nil {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
-	return &Agent{conn: b.conn}, nil
+	return &Agent{conn: b.conn, layer: filepath.Join(b.dir, layerDir)}, nil
 }
 
 // Kill destroys a sandbox: its processes, container, layer and files.

@@ -304,6 +304,19 @@ func TestDataDiskFull(t *testing.T) {
 			if _, err := a.Agent.ReadFile(ctx, wire.PathParams{Path: "more.bin"}, &got); err != nil || !bytes.Equal(got.Bytes(), more) {
 				t.Errorf("upload acknowledged on a full disk reads back %d bytes, %v", got.Len(), err)
 			}
+			// Past every cache (the sentry's included): drop the host's
+			// clean pages (pages whose writeback failed are clean too)
+			// and read the layer's upper dir from the host.
+			os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+			paths, _ := filepath.Glob(filepath.Join(cfg.StateDir, a.SB.ID.String(), "*", "*", "upper", "home", "user", "more.bin"))
+			if len(paths) != 1 {
+				t.Fatalf("upload not found in the layer on the host: %v", paths)
+			}
+			if onDisk, err := os.ReadFile(paths[0]); err != nil || !bytes.Equal(onDisk, more) {
+				t.Errorf("upload acknowledged on a full disk is not on the disk: %d bytes, %v", len(onDisk), err)
+			} else {
+				t.Log("upload on a full disk was acknowledged and is on the disk")
+			}
 		}
 		var got bytes.Buffer
 		if _, err := a.Agent.ReadFile(ctx, wire.PathParams{Path: "kept.bin"}, &got); err != nil || !bytes.Equal(got.Bytes(), kept) {
