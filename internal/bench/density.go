@@ -82,7 +82,7 @@ func totalPSS(ids []string) int64 {
 
 // fit is how many sandboxes of used/n bytes each fit in budget.
 func fit(budget, used int64, n int) int {
-	if used <= 0 || n == 0 {
+	if n == 0 || used/int64(n) < 64<<10 { // nothing measurable
 		return 0
 	}
 	return int(budget / (used / int64(n)))
@@ -99,8 +99,14 @@ func (rs DensityResults) WriteMarkdown(w io.Writer) {
 			}
 			return mib(b / int64(r.Created))
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %d | %s | %s | %d | %s |\n", r.Runtime, mib(r.BudgetBytes), r.Created,
-			mib(r.PSSBytes), per(r.PSSBytes), r.FitPSS, mib(r.HostBytes), per(r.HostBytes), r.FitHost, r.Stopped)
+		fit := func(n int) string {
+			if n == 0 {
+				return "–"
+			}
+			return fmt.Sprint(n)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.Runtime, mib(r.BudgetBytes), r.Created,
+			mib(r.PSSBytes), per(r.PSSBytes), fit(r.FitPSS), mib(r.HostBytes), per(r.HostBytes), fit(r.FitHost), r.Stopped)
 	}
 	fmt.Fprintf(w, "\n*Fit* extrapolates from the sandboxes made when the cap stopped the run before the budget. PSS counts the sandboxes' host processes only; the host's MemAvailable drop also counts page cache for their layers and kernel memory (and anything else the machine did meanwhile).\n")
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -20,6 +22,7 @@ type Section interface {
 type Report struct {
 	When     time.Time
 	Host     string
+	Load     string // /proc/loadavg when the run started: a busy host skews everything
 	Command  string
 	sections []named
 }
@@ -31,7 +34,9 @@ type named struct {
 
 // NewReport starts a report for a run of command on this host.
 func NewReport(command string) *Report {
-	return &Report{When: time.Now().UTC(), Host: hostDesc(), Command: command}
+	load, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(load))
+	return &Report{When: time.Now().UTC(), Host: hostDesc(), Load: strings.Join(f[:min(3, len(f))], " "), Command: command}
 }
 
 // Add appends a section; name is its key in the JSON report.
@@ -48,14 +53,15 @@ func (r *Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		When     time.Time          `json:"when"`
 		Host     string             `json:"host"`
+		Load     string             `json:"loadavg_at_start"`
 		Command  string             `json:"command"`
 		Sections map[string]Section `json:"sections"`
-	}{r.When, r.Host, r.Command, secs})
+	}{r.When, r.Host, r.Load, r.Command, secs})
 }
 
 // WriteMarkdown writes the report as docs/benchmarks.md.
 func (r *Report) WriteMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "# Benchmarks\n\nWritten by `kiln bench` on %s.\nHost: %s.\n", r.When.Format(time.RFC3339), r.Host)
+	fmt.Fprintf(w, "# Benchmarks\n\nWritten by `kiln bench` on %s.\nHost: %s; load average at the start %s.\n", r.When.Format(time.RFC3339), r.Host, r.Load)
 	fmt.Fprintf(w, "Repeat with `%s` (as root, after `make setup`; the JSON report has every number).\n", r.Command)
 	fmt.Fprintf(w, "Numbers from one run on a shared, noisy VM; compare runs on the same machine only.\n")
 	for _, n := range r.sections {
