@@ -1,6 +1,11 @@
-// Tests that fail against the current kiln serve, by test name, with the
-// reason (and the entry in /work/e2b-findings.md or the issue it waits on).
+// Tests that fail against the current kiln serve, by full test name, with
+// the reason (and the entry in the E2B findings file it waits on).
 // A value is a reason string (all SDKs) or { sdks: ['v1'], reason }.
 // test/e2b/run.mjs skips these unless E2B_RUN_KNOWN_FAILURES=1; shrink this
 // list as fixes land: it should be empty.
-export default {}
+export default {
+  'commands: killing the sandbox ends a running command with a TimeoutError':
+    'flaky under load: the data plane /health blocks while the sandbox is destroyed, past the SDK 5 s probe (findings 05:45, core)',
+  'commands: timeoutMs ends a long command with TimeoutError':
+    'flaky under load: an expired Connect deadline ends the stream with an end event, not deadline_exceeded (findings 05:45, envd)',
+}
