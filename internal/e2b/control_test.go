@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,6 +232,17 @@ func TestControlPlane(t *testing.T) {
 				t.Errorf("%s: %d %s, want %d with {code:%d, message:%q}", tc.name, status, b, tc.status, tc.status, tc.message)
 			}
 		}
+	})
+
+	t.Run("quota", func(t *testing.T) {
+		h := h.with(t)
+		first := h.create(h.one, map[string]any{"templateID": "base"})
+		var e errorJSON
+		h.api("POST", "/v2/sandboxes", h.one, map[string]any{"templateID": "base"}, http.StatusTooManyRequests, &e)
+		if e.Code != 429 || !strings.Contains(e.Message, "quota") {
+			t.Errorf("second sandbox of a key with a quota of one: %+v, want code 429 (the SDK's RateLimitError)", e)
+		}
+		h.api("DELETE", "/sandboxes/"+first.SandboxID, h.one, nil, http.StatusNoContent, nil)
 	})
 
 	t.Run("kill", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -33,6 +34,9 @@ type Options struct {
 	// Annotate tells the server's request log which sandbox a request
 	// was about.
 	Annotate func(r *http.Request, sandboxID string)
+	// ObserveCreate records how long a sandbox create took and how it
+	// ended, in the server's metrics.
+	ObserveCreate func(d time.Duration, err error)
 }
 
 // Caller is who sent a control-plane request.
@@ -72,6 +76,9 @@ func New(o Options) *Handler {
 	}
 	if h.annotate == nil {
 		h.annotate = func(*http.Request, string) {}
+	}
+	if h.o.ObserveCreate == nil {
+		h.o.ObserveCreate = func(time.Duration, error) {}
 	}
 	h.registerControl()
 	h.registerJupyter()

@@ -52,6 +52,7 @@ type harness struct {
 	ts     *httptest.Server
 	secret []byte
 	a, b   string // API keys of two tenants
+	one    string // a tenant that may have one sandbox at a time
 }
 
 // newHarness starts a server; it skips (or fails under CI) without root
@@ -89,8 +90,11 @@ func newHarness(t testing.TB, templates ...string) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, m: m, secret: secret}
-	for _, k := range []*string{&h.a, &h.b} {
+	for i, k := range []*string{&h.a, &h.b, &h.one} {
 		key, s := apikey.New("tenant", false)
+		if i == 2 {
+			key.MaxSandboxes = 1
+		}
 		if err := st.CreateKey(context.Background(), key); err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	var sb sandbox.Sandbox
 	err := errdefs.ErrNotFound
 	if opts.Snapshot != "" || template.ValidName(opts.Template) {
+		start := time.Now()
 		sb, err = h.m.Create(r.Context(), opts)
+		h.o.ObserveCreate(time.Since(start), err)
 	}
 	if errors.Is(err, errdefs.ErrNotFound) { // only the template can be missing
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", truncate(req.TemplateID, 64)))

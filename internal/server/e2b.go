@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/e2b"
@@ -21,6 +22,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	eo.Authenticate = s.e2bCaller
 	eo.Problem = s.e2bProblem
 	eo.Annotate = func(r *http.Request, id string) { info(r.Context()).sandboxID = id }
+	eo.ObserveCreate = func(d time.Duration, err error) { s.metrics.ObserveCreate(d, errCode(err)) }
 	if eo.PortProxy == nil {
 		eo.PortProxy = s.portProxy().ServePort
 	}
