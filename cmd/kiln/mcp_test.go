@@ -229,6 +229,14 @@ func exerciseMCP(t *testing.T, ctx context.Context, cs *mcp.ClientSession, c *cl
 		t.Errorf("second run: error %v, %q", res.IsError, textOf(res))
 	}
 
+	// With a progress token the output streams (as progress
+	// notifications) and the result is the same.
+	params := &mcp.CallToolParams{Name: "execute_python", Arguments: map[string]any{"code": "import time\nfor i in range(3):\n    print(i)\n    time.sleep(0.2)\nx * 2"}}
+	params.SetProgressToken("t1")
+	if res, err := cs.CallTool(ctx, params); err != nil || res.IsError || textOf(res) != "0\n1\n2\n82" {
+		t.Errorf("streamed run: %v, %+v", err, res)
+	}
+
 	// A chart is image content.
 	res := call("execute_python", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('kiln')"})
 	var png []byte

@@ -95,7 +95,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
 		return invalid("the body must be the call's arguments: a JSON object")
 	}
 	secret, _ := keySecret(r)
-	res, err := tools.Call(r.Context(), s.inProcessClient(secret), r.PathValue("id"), name, args)
+	res, err := tools.Call(r.Context(), s.inProcessClient(secret), r.PathValue("id"), name, args, nil)
 	if err != nil {
 		return err
 	}

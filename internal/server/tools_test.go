@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,4 +186,46 @@ func TestMCPSessionLifecycle(t *testing.T) {
 	if !gone(liveID) || hh.Sessions() != 0 {
 		t.Errorf("after Close: %d sessions, sandbox %s gone: %v", hh.Sessions(), liveID, gone(liveID))
 	}
+}
+
+// TestMCPProgress checks that /mcp streams a call's output as progress
+// notifications when the client asks for them (a progress token), through
+// the in-process client's streaming body.
+func TestMCPProgress(t *testing.T) {
+	h := newHarness(t, true, harnessOpts{})
+	ctx := context.Background()
+	var mu sync.Mutex
+	var msgs []string
+	cl := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			msgs = append(msgs, req.Params.Message)
+			mu.Unlock()
+		},
+	})
+	hc := &http.Client{Transport: bearerTransport(h.a)}
+	cs, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.ts.URL + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	params := &mcp.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "for i in 1 2 3; do echo line$i; sleep 0.5; done"}}
+	params.SetProgressToken("p1")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil || res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "line1\nline2\nline3") {
+		t.Fatalf("call: %+v, %v", res, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(msgs) < 2 || !strings.HasPrefix(msgs[0], "line") || !slices.Contains(msgs, "line3") {
+		t.Errorf("progress messages %q, want line1 .. line3", msgs)
+	}
+}
+
+type bearerTransport string
+
+func (k bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(k))
+	return http.DefaultTransport.RoundTrip(r)
 }

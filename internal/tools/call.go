@@ -37,11 +37,15 @@ func unknownTool(name string) error {
 	return fmt.Errorf("no tool named %q: %w", name, errdefs.ErrNotFound)
 }
 
+// Progress receives a running call's output as it comes (MCP progress
+// notifications); the whole output is in the result all the same.
+type Progress func(output string)
+
 // Call runs the sandbox tool name with the model's JSON arguments in the
 // sandbox id through c. Whatever goes wrong in the sandbox or with the
 // arguments is a result with IsError set, for the model to read; the error
-// is only for a name that is no sandbox tool.
-func Call(ctx context.Context, c *client.Client, id, name string, args json.RawMessage) (*api.ToolResult, error) {
+// is only for a name that is no sandbox tool. progress may be nil.
+func Call(ctx context.Context, c *client.Client, id, name string, args json.RawMessage, progress Progress) (*api.ToolResult, error) {
 	switch name {
 	case "execute_python":
 		var a struct {
@@ -51,7 +55,7 @@ func Call(ctx context.Context, c *client.Client, id, name string, args json.RawM
 		if res := decode(args, &a, "code"); res != nil {
 			return res, nil
 		}
-		return runCode(ctx, c, id, api.CodeRequest{Code: a.Code, Language: "python", Timeout: timeout(a.Timeout)}), nil
+		return runCode(ctx, c, id, api.CodeRequest{Code: a.Code, Language: "python", Timeout: timeout(a.Timeout)}, progress), nil
 	case "run_code":
 		var a struct {
 			Code      string  `json:"code"`
@@ -62,7 +66,7 @@ func Call(ctx context.Context, c *client.Client, id, name string, args json.RawM
 		if res := decode(args, &a, "code"); res != nil {
 			return res, nil
 		}
-		return runCode(ctx, c, id, api.CodeRequest{Code: a.Code, Language: a.Language, ContextID: a.ContextID, Timeout: timeout(a.Timeout)}), nil
+		return runCode(ctx, c, id, api.CodeRequest{Code: a.Code, Language: a.Language, ContextID: a.ContextID, Timeout: timeout(a.Timeout)}, progress), nil
 	case "run_command":
 		var a struct {
 			Command string  `json:"command"`
@@ -72,7 +76,7 @@ func Call(ctx context.Context, c *client.Client, id, name string, args json.RawM
 		if res := decode(args, &a, "command"); res != nil {
 			return res, nil
 		}
-		return runCommand(ctx, c, id, api.CommandRequest{Cmd: a.Command, Cwd: a.Cwd, Timeout: timeout(a.Timeout)}), nil
+		return runCommand(ctx, c, id, api.CommandRequest{Cmd: a.Command, Cwd: a.Cwd, Timeout: timeout(a.Timeout)}, progress), nil
 	case "read_file":
 		var a struct {
 			Path string `json:"path"`
@@ -185,8 +189,15 @@ var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
 
 // runCode runs code and turns its output into content: stdout, stderr,
 // each result's text or image, and the exception's traceback as an error.
-func runCode(ctx context.Context, c *client.Client, id string, req api.CodeRequest) *api.ToolResult {
-	res, err := c.RunCodeJSON(ctx, id, req)
+func runCode(ctx context.Context, c *client.Client, id string, req api.CodeRequest, progress Progress) *api.ToolResult {
+	var res *api.CodeResult
+	var err error
+	if progress == nil {
+		res, err = c.RunCodeJSON(ctx, id, req)
+	} else {
+		out := func(b []byte) { progress(string(b)) }
+		res, err = c.RunCode(ctx, id, req, client.CodeOptions{OnStdout: out, OnStderr: out})
+	}
 	if err != nil {
 		return failure(err)
 	}
@@ -242,8 +253,8 @@ func section(b *strings.Builder, s string) {
 	b.WriteString(s)
 }
 
-func runCommand(ctx context.Context, c *client.Client, id string, req api.CommandRequest) *api.ToolResult {
-	res, err := c.Output(ctx, id, req)
+func runCommand(ctx context.Context, c *client.Client, id string, req api.CommandRequest, progress Progress) *api.ToolResult {
+	res, err := output(ctx, c, id, req, progress)
 	if err != nil {
 		return failure(err)
 	}
@@ -263,6 +274,23 @@ func runCommand(ctx context.Context, c *client.Client, id string, req api.Comman
 	out := text(b.String())
 	out.IsError = res.Exit.Code != 0
 	return out
+}
+
+// output runs a command and collects its output, streaming it to
+// progress if any.
+func output(ctx context.Context, c *client.Client, id string, req api.CommandRequest, progress Progress) (*api.CommandResult, error) {
+	if progress == nil {
+		return c.Output(ctx, id, req)
+	}
+	var stdout, stderr strings.Builder // bounded by the command's output limit
+	r, err := c.Run(ctx, id, req, client.RunOptions{
+		OnStdout: func(b []byte) { stdout.Write(b); progress(string(b)) },
+		OnStderr: func(b []byte) { stderr.Write(b); progress(string(b)) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.CommandResult{PID: r.PID, Stdout: stdout.String(), Stderr: stderr.String(), Exit: r.Exit}, nil
 }
 
 // capped is a writer that keeps at most max bytes and notes the excess.

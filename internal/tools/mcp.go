@@ -22,17 +22,18 @@ func NewMCPServer(sess *Session, version string) *mcp.Server {
 	// The session's end (stdio EOF, HTTP DELETE or idle expiry) closes
 	// sess: attach at initialization, or at the first call for clients of
 	// the stateless protocol, which skip it.
-	watch := func(ss *mcp.ServerSession) { sess.attach(ss) }
 	srv := mcp.NewServer(&mcp.Implementation{Name: "kiln", Title: "Kiln sandboxes", Version: version}, &mcp.ServerOptions{
 		Instructions:       instructions,
 		Capabilities:       &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
-		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { watch(req.Session) },
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { sess.attach(req.Session) },
 	})
 	for _, t := range All() {
 		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.Schema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				watch(req.Session)
-				res, err := sess.Call(ctx, t.Name, req.Params.Arguments)
+				sess.attach(req.Session)
+				prog, stop := progress(ctx, req)
+				defer stop()
+				res, err := sess.Call(ctx, t.Name, req.Params.Arguments, prog)
 				if err != nil {
 					return nil, err
 				}

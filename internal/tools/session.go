@@ -76,7 +76,7 @@ var errClosed = errors.New("the session has ended")
 
 // Call runs the tool name with the model's JSON arguments. Like [Call],
 // failures are results with IsError set; the error is for an unknown tool.
-func (s *Session) Call(ctx context.Context, name string, args json.RawMessage) (*api.ToolResult, error) {
+func (s *Session) Call(ctx context.Context, name string, args json.RawMessage, progress Progress) (*api.ToolResult, error) {
 	switch name {
 	case "create_sandbox":
 		var a struct {
@@ -99,7 +99,7 @@ func (s *Session) Call(ctx context.Context, name string, args json.RawMessage) (
 	if res != nil {
 		return res, nil
 	}
-	res, err := Call(ctx, s.c, id, name, args)
+	res, err := Call(ctx, s.c, id, name, args, progress)
 	if err != nil || !res.IsError {
 		return res, err
 	}
