@@ -2,6 +2,7 @@ package envd
 
 import (
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,16 +19,30 @@ import (
 // download answers GET /files: the file's contents, streamed from the
 // agent, gzip-compressed when the client accepts it.
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	t := targetOf(ctx)
+	t := targetOf(r.Context())
 	q := r.URL.Query()
 	user, ok := fileUser(q.Get("username"), t.sb)
 	if !ok {
 		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
 		return
 	}
-	p := wire.PathParams{Path: expandPath(q.Get("path"), t.sb), User: user, ResolveLinks: true}
-	fi, err := t.agent.Stat(ctx, p)
+	fi, status, msg := t.downloadable(r.Context(), user, expandPath(q.Get("path"), t.sb))
+	if status != http.StatusOK {
+		writeError(w, status, msg)
+		return
+	}
+	if err := t.send(w, r, user, fi); err != nil {
+		// Part of the file was sent: only a broken connection tells the
+		// client it is incomplete.
+		h.log.Warn("download broke off", "sandbox_id", t.sb.ID, "path", fi.Path, "err", err)
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// downloadable describes the file at p (following symlinks), or says why
+// it cannot be downloaded, in envd's words.
+func (t *target) downloadable(ctx context.Context, user, p string) (api.FileInfo, int, string) {
+	fi, err := t.agent.Stat(ctx, wire.PathParams{Path: p, User: user, ResolveLinks: true})
 	switch {
 	case err == nil && fi.Target != nil:
 		fi = *fi.Target
@@ -36,15 +51,19 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p.Path))
-		return
+		return fi, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p)
 	case err != nil:
-		writeAgentError(w, err)
-		return
+		status, msg := httpStatus(err)
+		return fi, status, msg
 	case fi.Type == api.FileDir:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", fi.Path))
-		return
+		return fi, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", fi.Path)
 	}
+	return fi, http.StatusOK, ""
+}
+
+// send streams the file fi. An error before its first byte is answered;
+// one after is returned.
+func (t *target) send(w http.ResponseWriter, r *http.Request, user string, fi api.FileInfo) error {
 	hd := w.Header()
 	hd.Set("Vary", "Accept-Encoding")
 	ctype := mime.TypeByExtension(path.Ext(fi.Path))
@@ -64,7 +83,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	} else if fi.Size == 0 {
 		hd.Set("Content-Length", "0") // the SDK special-cases empty files by it
 	}
-	_, err = t.agent.ReadFile(ctx, wire.PathParams{Path: fi.Path, User: user}, dst)
+	_, err := t.agent.ReadFile(r.Context(), wire.PathParams{Path: fi.Path, User: user}, dst)
 	if err == nil && gz != nil {
 		err = gz.Close()
 	}
@@ -72,16 +91,13 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		out.commit()
 	case !out.written:
-		hd.Del("Content-Length")
-		hd.Del("Content-Encoding")
-		hd.Del("Content-Disposition")
+		for _, k := range []string{"Content-Length", "Content-Encoding", "Content-Disposition", "Last-Modified"} {
+			hd.Del(k)
+		}
 		writeAgentError(w, err)
-	default:
-		// Part of the file was sent: only a broken connection tells the
-		// client it is incomplete.
-		h.log.Warn("download broke off", "sandbox_id", t.sb.ID, "path", fi.Path, "err", err)
-		panic(http.ErrAbortHandler)
+		return nil
 	}
+	return err
 }
 
 // lazyWriter sends the success status only with the first byte, so that
@@ -136,17 +152,8 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
 		return
 	}
-	switch enc := r.Header.Get("Content-Encoding"); {
-	case strings.EqualFold(enc, "gzip"):
-		zr, err := gzip.NewReader(r.Body)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: %v", err))
-			return
-		}
-		defer zr.Close()
-		r.Body = zr
-	case enc != "" && !strings.EqualFold(enc, "identity"):
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: unsupported Content-Encoding: %s", enc))
+	if err := decodeBody(r); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("error decompressing request body: %v", err))
 		return
 	}
 	md, err := uploadMetadata(r.Header)
@@ -172,6 +179,21 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, up.written)
+}
+
+// decodeBody undoes a gzip Content-Encoding of r's body.
+func decodeBody(r *http.Request) error {
+	switch enc := r.Header.Get("Content-Encoding"); {
+	case strings.EqualFold(enc, "gzip"):
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return err
+		}
+		r.Body = zr
+	case enc != "" && !strings.EqualFold(enc, "identity"):
+		return fmt.Errorf("unsupported Content-Encoding: %s", enc)
+	}
+	return nil
 }
 
 // uploader writes the files of one upload.
