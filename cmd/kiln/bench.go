@@ -41,6 +41,9 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
 	warm := fs.Bool("warm", true, "code-interpreter creates on runsc: cold, from the warm template, from a pool")
 	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
+	snaps := fs.Bool("snapshots", true, "pause, resume, fork and snapshot latency on runsc against working-set size")
+	snapSizes := fs.String("snapshot-sizes", "50M,256M,500M,2G", "working sets for --snapshots")
+	snapN := fs.Int("snapshot-samples", 3, "samples per operation and size for --snapshots")
 	lo := bench.LoadOptions{}
 	fs.StringVar(&lo.Runtime, "load-runtime", "runsc", "runtime of the load run")
 	fs.IntVar(&lo.Sandboxes, "load-sandboxes", 50, "sandboxes created concurrently in the load run")
@@ -61,7 +64,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	target := bench.Manager(m)
 	if *serverURL != "" {
 		target = bench.Server(*serverURL, config.Env("KILN_API_KEY"))
-		*core, *load, *code, *warm = false, false, false, false
+		*core, *load, *code, *warm, *snaps = false, false, false, false, false
 	}
 
 	if *core {
@@ -121,6 +124,21 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			return err
 		}
 		rep.Add("warm", res)
+	}
+	if *snaps && slices.Contains(runtimes, "runsc") {
+		o := bench.SnapshotOptions{Samples: *snapN, Fork4Max: 512 << 20}
+		for _, f := range strings.Split(*snapSizes, ",") {
+			n, err := config.ParseBytes(f)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("--snapshot-sizes: %q is not a size", f)
+			}
+			o.Sizes = append(o.Sizes, n)
+		}
+		res, err := bench.Snapshots(ctx, m, o, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("snapshots", res)
 	}
 	if *load {
 		lo.Config = cfg

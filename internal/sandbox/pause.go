@@ -267,14 +267,13 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	if err != nil {
 		return fmt.Errorf("restoring container: %w", err)
 	}
-	if st, err := rt.State(ctx, id); err == nil {
-		b.pids = append([]int{st.Pid}, st.HelperPids...)
-	}
+	pidsc := statePids(ctx, rt, id)
 	// The agent may have been in the middle of a frame: Connect pads, and
 	// the agent resynchronises on the new session's preface.
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := connect(cctx, b.dir, false)
+	b.pids = <-pidsc
 	if err != nil {
 		return fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
 	}
@@ -282,6 +281,21 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	go m.watch(b, conn)
 	_ = os.RemoveAll(img) // stale from now on
 	return nil
+}
+
+// statePids asks the runtime for a container's host processes (for
+// reaping them later) in the background, as runsc state takes tens of
+// milliseconds; the caller collects them once its other work is done.
+func statePids(ctx context.Context, rt oci.Runtime, id string) <-chan []int {
+	c := make(chan []int, 1)
+	go func() {
+		var pids []int
+		if st, err := rt.State(ctx, id); err == nil {
+			pids = append([]int{st.Pid}, st.HelperPids...)
+		}
+		c <- pids
+	}()
+	return c
 }
 
 // openStdio opens the agent's FIFOs read-write (creating them if they are

@@ -2,11 +2,13 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -58,6 +60,9 @@ func (m *Manager) capture(ctx context.Context, b *box, dir, verb string) (_ Sand
 		return Sandbox{}, nil, err
 	}
 	if err := rootfs.CopySparse(filepath.Join(dir, imageDisk), rootfs.ImagePath(layer)); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrResourceExhausted)
+		}
 		return Sandbox{}, nil, fmt.Errorf("copying layer image: %w", err)
 	}
 	if err := keepNetwork(b.dir, dir); err != nil {
@@ -147,12 +152,11 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 	if err != nil {
 		return nil, fmt.Errorf("restoring container: %w", err)
 	}
-	if st, err := rt.State(ctx, id.String()); err == nil {
-		b.pids = append([]int{st.Pid}, st.HelperPids...)
-	}
+	pidsc := statePids(ctx, rt, id.String())
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := connect(cctx, b.dir, false)
+	b.pids = <-pidsc
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
 	}

@@ -56,11 +56,15 @@ func truncateName(s string) string {
 	return s
 }
 
-// snapshotDir holds one dir per snapshot, next to the sandboxes' state dir
-// (kiln serve: DataDir/snapshots), so tests and kiln run keep theirs
-// private too.
+// snapshotDir holds one dir per snapshot: DataDir/snapshots for kiln
+// serve (whose state dir is DataDir/sandboxes); inside the state dir for
+// private Managers (kiln run, kiln bench, tests), so that theirs go with
+// it.
 func (m *Manager) snapshotDir() string {
-	return filepath.Join(filepath.Dir(m.cfg.StateDir), "snapshots")
+	if m.cfg.StateDir == filepath.Join(m.cfg.DataDir, "sandboxes") {
+		return filepath.Join(m.cfg.DataDir, "snapshots")
+	}
+	return filepath.Join(m.cfg.StateDir, ".snapshots")
 }
 
 // Snapshot takes a named snapshot of a running runsc sandbox, which keeps
@@ -100,6 +104,9 @@ func (m *Manager) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 		}
 	}()
 	src, _, err := m.capture(ctx, b, dir, "snapshotted")
+	if errors.Is(err, errdefs.ErrResourceExhausted) {
+		return Snapshot{}, fmt.Errorf("the server's disk is full: %w", err)
+	}
 	if err != nil {
 		return Snapshot{}, err
 	}

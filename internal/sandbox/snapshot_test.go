@@ -23,7 +23,7 @@ import (
 
 // snapshotDir is where a test Manager keeps its snapshots.
 func snapshotDir(cfg sandbox.Config) string {
-	return filepath.Join(filepath.Dir(cfg.StateDir), "snapshots")
+	return filepath.Join(cfg.StateDir, ".snapshots")
 }
 
 // killAllOnCleanup kills whatever m runs at the end of the test (sandboxes
@@ -360,5 +360,37 @@ func TestSnapshotKernelState(t *testing.T) {
 	}
 	if got := pyEval(t, sa, "x"); got != "41" {
 		t.Errorf("x in source after fork's change: %q", got)
+	}
+}
+
+// A snapshot that runs out of disk is refused as resource_exhausted,
+// leaves no files or record, and the source runs on.
+func TestSnapshotDiskFull(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	m := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	dir := snapshotDir(cfg)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	_, err := m.Snapshot(ctx, src.sb.ID, "full")
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("snapshot with a full disk: %v, want resource exhausted", err)
+	}
+	t.Logf("snapshot with a full disk: %v", err)
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("failed snapshot left files: %v", ents)
+	}
+	if snaps, _ := m.Snapshots(ctx, ""); len(snaps) != 0 {
+		t.Errorf("failed snapshot left records: %+v", snaps)
+	}
+	if r := src.sh("echo alive"); r.stdout != "alive\n" {
+		t.Errorf("source after failed snapshot: %q", r.stdout)
 	}
 }
