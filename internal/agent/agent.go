@@ -122,6 +122,8 @@ func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, 
 		return call(params, func(p wire.ContextIDParams) (any, error) { return nil, s.contextDelete(p) })
 	case wire.MethodExecute:
 		return call(params, func(p wire.ExecuteParams) (any, error) { return s.execute(ctx, st, p) })
+	case wire.MethodTunnel:
+		return call(params, func(p wire.TunnelParams) (any, error) { return nil, s.tunnel(ctx, st, p) })
 	}
 	return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "unknown method " + method}
 }

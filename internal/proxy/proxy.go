@@ -106,11 +106,11 @@ func target(ctx context.Context) proxyTarget {
 
 // ServePort forwards r to port of sandbox sb (the e2b.Options.PortProxy
 // hook). Non-public sandboxes need the traffic token or an authorized
-// API key (403 otherwise); a sandbox without a network, a closed port or a
-// sandbox that died answers 502.
+// API key (403 otherwise); sandboxes without a network have no token and
+// are never public. A closed port or a sandbox that died answers 502.
 func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, port int) {
 	info, err := p.m.Network(sb.ID)
-	if err != nil || info.Mode != sandbox.NetworkNAT {
+	if err != nil {
 		portClosed(w, sb.ID, port)
 		return
 	}
@@ -121,7 +121,7 @@ func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.San
 			tok = r.Header.Get(HeaderKilnToken)
 		}
 		switch {
-		case tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(info.Token)) == 1:
+		case tok != "" && info.Token != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(info.Token)) == 1:
 		case tok == "" && p.authorize != nil && p.authorize(r, sb):
 			t.stripAuth = true
 		default:

@@ -30,8 +30,9 @@ var agentPath string
 
 func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 
-// echoServer is an HTTP server for a sandbox: GET answers "hello from
-// <path>", and a WebSocket upgrade on any path echoes every message.
+// echoServer is an HTTP server for a sandbox (port [bind address]): GET
+// answers "hello from <path>", and a WebSocket upgrade on any path echoes
+// every message.
 // Python's standard library only (the base template has no websockets).
 const echoServer = `
 import base64, hashlib, http.server, struct, sys
@@ -80,7 +81,7 @@ class H(http.server.BaseHTTPRequestHandler):
                 hdr += bytes([127]) + struct.pack(">Q", len(data))
             self.wfile.write(hdr + data)
             self.wfile.flush()
-http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), H).serve_forever()
+http.server.ThreadingHTTPServer((sys.argv[2] if len(sys.argv) > 2 else "0.0.0.0", int(sys.argv[1])), H).serve_forever()
 `
 
 type env struct {
@@ -145,10 +146,11 @@ func (e *env) create(req api.CreateSandboxRequest) api.Sandbox {
 	return sb
 }
 
-// serve starts echoServer on port in sandbox id and waits for it.
-func (e *env) serve(id string, port int) {
+// serve starts echoServer on port in sandbox id (on every address, or on
+// bind) and waits for it.
+func (e *env) serve(id string, port int, bind ...string) {
 	e.t.Helper()
-	e.start(id, port, "python3", "-c", echoServer, fmt.Sprint(port))
+	e.start(id, port, append([]string{"python3", "-c", echoServer, fmt.Sprint(port)}, bind...)...)
 }
 
 // start runs a server (args) in sandbox id in the background and waits
@@ -240,31 +242,16 @@ func TestExposedPort(t *testing.T) {
 		}
 	})
 
-	t.Run("websocket echo", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, _, err := websocket.Dial(ctx, strings.Replace(e.url, "http", "ws", 1)+"/ws", &websocket.DialOptions{
-			Host:       fmt.Sprintf("8080-%s.kiln.test", sb.ID),
-			HTTPHeader: http.Header{"E2b-Traffic-Access-Token": {token}},
-		})
-		if err != nil {
-			t.Fatal(err)
+	t.Run("websocket echo", func(t *testing.T) { wsEcho(t, e, sb.ID, 8080, http.Header{"E2b-Traffic-Access-Token": {token}}) })
+
+	// A server bound to the sandbox's loopback only is reached through
+	// the agent channel.
+	e.serve(sb.ID, 9090, "127.0.0.1")
+	t.Run("loopback server", func(t *testing.T) {
+		if status, body := e.get(sb.ID, 9090, "/lo", map[string]string{"E2B-Traffic-Access-Token": token}); status != 200 || body != "hello from /lo" {
+			t.Errorf("GET: %d %q", status, body)
 		}
-		defer c.CloseNow()
-		c.SetReadLimit(1 << 20)
-		for _, msg := range []string{"ping", strings.Repeat("kiln", 50_000)} {
-			if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
-				t.Fatal(err)
-			}
-			_, got, err := c.Read(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != msg {
-				t.Errorf("echo of %d bytes: got %d bytes", len(msg), len(got))
-			}
-		}
-		c.Close(websocket.StatusNormalClosure, "")
+		wsEcho(t, e, sb.ID, 9090, http.Header{"E2b-Traffic-Access-Token": {token}})
 	})
 
 	t.Run("public", func(t *testing.T) {
@@ -294,14 +281,54 @@ func TestExposedPort(t *testing.T) {
 	})
 }
 
-// TestNoNetworkPort: a sandbox without a network has no exposed ports.
+// wsEcho sends two messages (one larger than a channel frame) over a
+// WebSocket to port of sandbox id and checks the echoes.
+func wsEcho(t *testing.T, e *env, id string, port int, hdr http.Header) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, strings.Replace(e.url, "http", "ws", 1)+"/ws", &websocket.DialOptions{
+		Host: fmt.Sprintf("%d-%s.kiln.test", port, id), HTTPHeader: hdr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(1 << 20)
+	for _, msg := range []string{"ping", strings.Repeat("kiln", 100_000)} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != msg {
+			t.Errorf("echo of %d bytes: got %d bytes", len(msg), len(got))
+		}
+	}
+	c.Close(websocket.StatusNormalClosure, "")
+}
+
+// TestNoNetworkPort: a sandbox without a network (mode none) still serves
+// its ports through the agent channel, to its owner only (it has no
+// traffic token).
 func TestNoNetworkPort(t *testing.T) {
 	e := newEnv(t)
 	sb := e.create(api.CreateSandboxRequest{})
 	if sb.Network != nil {
 		t.Errorf("create without network answered %+v", sb.Network)
 	}
-	if status, _ := e.get(sb.ID, 8080, "/", map[string]string{"Authorization": "Bearer " + e.owner}); status != 502 {
-		t.Errorf("port of a sandbox without network: %d, want 502", status)
+	e.serve(sb.ID, 8080)
+	owner := map[string]string{"Authorization": "Bearer " + e.owner}
+	if status, body := e.get(sb.ID, 8080, "/n", owner); status != 200 || body != "hello from /n" {
+		t.Errorf("owner: %d %q", status, body)
 	}
+	if status, _ := e.get(sb.ID, 8080, "/", nil); status != 403 {
+		t.Errorf("no credentials: %d, want 403", status)
+	}
+	if status, _ := e.get(sb.ID, 8081, "/", owner); status != 502 {
+		t.Errorf("closed port: %d, want 502", status)
+	}
+	wsEcho(t, e, sb.ID, 8080, http.Header{"Authorization": {"Bearer " + e.owner}})
 }

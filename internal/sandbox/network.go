@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
@@ -200,8 +201,10 @@ func (m *Manager) SetNetwork(ctx context.Context, id ID, o NetworkOptions) (Netw
 		Public: st.Public, Token: st.Token}, nil
 }
 
-// DialPort connects to a port a process in a running sandbox listens on
-// (on its network address: 0.0.0.0 or the sandbox's address).
+// DialPort connects to a port a process in a running sandbox listens on:
+// on its network address (0.0.0.0 or the sandbox's address) when it has a
+// network; otherwise, or when nothing listens there (a server bound to
+// 127.0.0.1), on its loopback through the agent channel (Agent.Tunnel).
 func (m *Manager) DialPort(ctx context.Context, id ID, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: %w", port, errdefs.ErrInvalidArgument)
@@ -216,12 +219,22 @@ func (m *Manager) DialPort(ctx context.Context, id ID, port int) (net.Conn, erro
 	if state != StateRunning {
 		return nil, fmt.Errorf("sandbox %s is %s: %w", id, state, errdefs.ErrUnavailable)
 	}
-	if m.netNS(id) == "" {
-		return nil, fmt.Errorf("sandbox %s has no network (mode none): %w", id, errdefs.ErrFailedPrecondition)
+	if m.netNS(id) != "" {
+		c, err := m.cfg.Net.Dial(ctx, id.String(), port)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("connecting to port %d of sandbox %s: %w: %w", port, id, errdefs.ErrUnavailable, err)
+		}
 	}
-	c, err := m.cfg.Net.Dial(ctx, id.String(), port)
+	a, err := m.Agent(id)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to port %d of sandbox %s: %w", port, id, errdefs.ErrUnavailable)
+		return nil, err
+	}
+	c, err := a.Tunnel(ctx, port)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to port %d of sandbox %s: %w: %w", port, id, errdefs.ErrUnavailable, err)
 	}
 	return c, nil
 }

@@ -213,6 +213,24 @@ const (
 	MethodExecute = "execute"
 )
 
+// MethodTunnel connects to a TCP port on the sandbox's loopback
+// (TunnelParams) and pipes bytes both ways: data frames from the host go
+// to the port until the host's end frame, the port's bytes come back as
+// data frames; one event (TunnelOpen) says the connection is made. The
+// call ends when the port's side closes. Exposed ports use it for servers
+// bound to 127.0.0.1 and for sandboxes without a network.
+const MethodTunnel = "tunnel"
+
+// TunnelParams names the port to connect to on 127.0.0.1.
+type TunnelParams struct {
+	Port int `json:"port"`
+}
+
+// TunnelOpen is the event that says a tunnel's connection is made.
+type TunnelOpen struct {
+	Open bool `json:"open"`
+}
+
 // ContextParams creates a context.
 type ContextParams struct {
 	Language string            `json:"language"`
