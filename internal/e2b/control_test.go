@@ -234,6 +234,29 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 
+	t.Run("auto resume", func(t *testing.T) {
+		h := h.with(t)
+		sb := h.create(h.b, map[string]any{"templateID": "base", "autoPause": true, "autoResume": map[string]any{"enabled": true}})
+		var d struct {
+			State     string `json:"state"`
+			Lifecycle struct {
+				AutoResume bool   `json:"autoResume"`
+				OnTimeout  string `json:"onTimeout"`
+			} `json:"lifecycle"`
+		}
+		h.api("GET", "/sandboxes/"+sb.SandboxID, h.b, nil, http.StatusOK, &d)
+		if d.Lifecycle.OnTimeout != "pause" || !d.Lifecycle.AutoResume {
+			t.Errorf("lifecycle %+v, want onTimeout pause with autoResume", d.Lifecycle)
+		}
+		h.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", h.b, nil, http.StatusNoContent, nil)
+		status, _, b := h.call("GET", "/health", nil, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999")
+		h.api("GET", "/sandboxes/"+sb.SandboxID, h.b, nil, http.StatusOK, &d)
+		if status != 200 || d.State != "running" {
+			t.Errorf("a data-plane request to the paused sandbox: %d %s, then %s; want it resumed", status, b, d.State)
+		}
+		h.api("DELETE", "/sandboxes/"+sb.SandboxID, h.b, nil, http.StatusNoContent, nil)
+	})
+
 	t.Run("quota", func(t *testing.T) {
 		h := h.with(t)
 		first := h.create(h.one, map[string]any{"templateID": "base"})

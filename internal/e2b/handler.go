@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
@@ -49,15 +50,20 @@ type Caller struct {
 // code interpreter or PortProxy, and answers header-less signed /files
 // URLs.
 type Handler struct {
-	o        Options
-	m        *sandbox.Manager
-	log      *slog.Logger
-	envd     *envd.Handler
-	control  *http.ServeMux
-	jupyter  *http.ServeMux
-	usage    *cpuSampler
-	problem  func(r *http.Request, err error) (int, string)
-	annotate func(r *http.Request, sandboxID string)
+	o       Options
+	m       *sandbox.Manager
+	log     *slog.Logger
+	envd    *envd.Handler
+	control *http.ServeMux
+	jupyter *http.ServeMux
+	usage   *cpuSampler
+	// autoResume: sandboxes a data-plane request resumes; dying:
+	// sandboxes being killed, whose data plane answers 502 at once rather
+	// than wait for the kill.
+	autoResume autoResumes
+	dying      sync.Map // sandbox.ID → struct{}
+	problem    func(r *http.Request, err error) (int, string)
+	annotate   func(r *http.Request, sandboxID string)
 }
 
 // New returns a Handler.

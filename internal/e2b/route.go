@@ -118,18 +118,27 @@ func portLabel(port int) string {
 	return "port"
 }
 
-// live returns a running sandbox of this node and its agent.
+// live returns a running sandbox of this node and its agent, resuming
+// a paused one created with autoResume. A sandbox being killed is not
+// live: the SDK probes /health right after a kill and must get 502
+// without waiting for the kill to finish.
 func (h *Handler) live(ctx context.Context, rawID string) (sandbox.Sandbox, *sandbox.Agent, bool) {
 	id, err := sandbox.ParseID(rawID)
 	if err != nil {
 		return sandbox.Sandbox{}, nil, false
 	}
-	a, err := h.m.Agent(id)
-	if err != nil {
+	if _, dying := h.dying.Load(id); dying {
 		return sandbox.Sandbox{}, nil, false
 	}
 	sb, err := h.m.Get(ctx, id)
+	if err == nil {
+		sb, err = h.wake(ctx, sb)
+	}
 	if err != nil || sb.State != sandbox.StateRunning {
+		return sandbox.Sandbox{}, nil, false
+	}
+	a, err := h.m.Agent(id)
+	if err != nil {
 		return sandbox.Sandbox{}, nil, false
 	}
 	return sb, a, true

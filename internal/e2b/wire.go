@@ -25,6 +25,9 @@ type newSandbox struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *networkConfig    `json:"network"`
+	AutoResume          *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
 }
 
 // sandboxJSON is E2B's Sandbox: the answer to create and connect.
