@@ -20,6 +20,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/e2b"
+	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/network/nettest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
@@ -268,6 +269,31 @@ func TestExposedPort(t *testing.T) {
 		}
 		if status, body := e.get(sb.ID, 8080, "/p", nil); status != 200 || body != "hello from /p" {
 			t.Errorf("public port without credentials: %d %q", status, body)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		mt := metrics.New(nil)
+		mt.RegisterNetwork(e.m)
+		fams, err := mt.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == sb.ID {
+					got[f.GetName()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+		for _, name := range []string{"kiln_sandbox_network_sent_bytes_total", "kiln_sandbox_network_received_bytes_total"} {
+			if got[name] <= 0 {
+				t.Errorf("%s = %v after traffic; metrics %v", name, got[name], got)
+			}
+		}
+		if _, ok := got["kiln_sandbox_network_policy_drops_total"]; !ok {
+			t.Errorf("no policy drops counter: %v", got)
 		}
 	})
 
