@@ -117,7 +117,7 @@ func npmCI(t *testing.T, dir string) {
 }
 
 // nodeTimeout bounds one SDK version's whole JS run.
-const nodeTimeout = 8 * time.Minute
+const nodeTimeout = 12 * time.Minute
 
 // runNode runs ../run.mjs in dir against srv, logging its output as it
 // comes, and fails with the names of the JS tests that failed.

@@ -49,7 +49,8 @@ export function test(name, opts, fn) {
   if (reason && process.env.E2B_RUN_KNOWN_FAILURES !== '1') {
     opts = { ...opts, skip: `known failure: ${reason}` }
   }
-  return nodeTest(name, { timeout: 120_000, ...opts }, fn)
+  // Generous: other test suites may load the machine heavily.
+  return nodeTest(name, { timeout: 300_000, ...opts }, fn)
 }
 
 // area is the test file's name without .test.mjs.

@@ -114,7 +114,7 @@ test('onStdout streams output while the code still runs', async () => {
     `
 import os, time
 print("waiting", flush=True)
-for _ in range(400):
+for _ in range(1200):
     if os.path.exists("/tmp/released"):
         print("released")
         break

@@ -62,7 +62,7 @@ test('onStdout and onStderr stream output while the command runs', async () => {
   const err = []
   let released
   const r = await sbx.commands.run(
-    'echo waiting; echo note >&2; for i in $(seq 400); do [ -f /tmp/released ] && { echo released; exit 0; }; sleep 0.05; done; echo never; exit 1',
+    'echo waiting; echo note >&2; for i in $(seq 1200); do [ -f /tmp/released ] && { echo released; exit 0; }; sleep 0.05; done; echo never; exit 1',
     {
       onStdout: (d) => {
         out.push(d)

@@ -63,12 +63,13 @@ test('a sandbox is killed when its timeout expires', async () => {
 
 test('lifecycle onTimeout pause pauses at expiry and connect resumes it', async () => {
   const napper = await sandbox(Sandbox, {
-    timeoutMs: 3_000,
+    timeoutMs: 120_000,
     lifecycle: { onTimeout: 'pause' },
     metadata: { file: 'pause', role: 'napper' },
   })
   assert.deepEqual((await napper.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: false })
   await napper.files.write('/home/user/nap.txt', 'zzz')
+  await napper.setTimeout(1_000)
   const state = await until(async () => {
     const s = (await napper.getInfo()).state
     return s === 'paused' && s
