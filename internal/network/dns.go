@@ -25,7 +25,11 @@ import (
 const (
 	dnsTimeout  = 3 * time.Second
 	maxDNSMsg   = 65535
-	maxInflight = 256 // concurrent queries over UDP
+	maxInflight = 256 // concurrent queries over UDP, all sandboxes
+	// maxQueryRate bounds one sandbox's queries per second, so that one
+	// cannot starve the others' DNS; past it queries go unanswered (the
+	// client retries).
+	maxQueryRate = 300
 )
 
 func (n *Network) listenDNS() error {
@@ -139,7 +143,7 @@ func (n *Network) answer(ctx context.Context, src netip.Addr, q []byte, tcp bool
 	n.mu.Lock()
 	ep := n.bySrc[src]
 	n.mu.Unlock()
-	if ep == nil {
+	if ep == nil || !ep.allowQuery(time.Now()) {
 		return nil
 	}
 	var p dnsmessage.Parser
@@ -173,6 +177,18 @@ func (n *Network) answer(ctx context.Context, src netip.Addr, q []byte, tcp bool
 		}
 	}
 	return resp
+}
+
+// allowQuery counts a query against the sandbox's rate (a fixed
+// one-second window).
+func (ep *endpoint) allowQuery(now time.Time) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if now.Sub(ep.qWindow) >= time.Second {
+		ep.qWindow, ep.qCount = now, 0
+	}
+	ep.qCount++
+	return ep.qCount <= maxQueryRate
 }
 
 // reply is an answer with no records and rcode.

@@ -102,6 +102,8 @@ type endpoint struct {
 	pairs   []string              // host set elements this sandbox added
 	public  bool
 	token   string
+	qWindow time.Time // start of the current DNS rate window
+	qCount  int
 }
 
 // learnt is an address an allowed name resolved to.
