@@ -357,4 +357,24 @@ func TestWatcherPolling(t *testing.T) {
 			wantCode(t, err, connect.CodeNotFound)
 		})
 	}
+	t.Run("at most 64 per sandbox", func(t *testing.T) {
+		fs := e.filesystem("", nil)
+		ctx := ctxTimeout(t, time.Minute)
+		var ids []string
+		for range 64 {
+			cw, err := fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/tmp"}))
+			if err != nil {
+				t.Fatalf("watcher %d: %v", len(ids)+1, err)
+			}
+			ids = append(ids, cw.Msg.GetWatcherId())
+		}
+		_, err := fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/tmp"}))
+		wantCode(t, err, connect.CodeResourceExhausted)
+		if _, err := fs.RemoveWatcher(ctx, connect.NewRequest(&filesystem.RemoveWatcherRequest{WatcherId: ids[0]})); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fs.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: "/tmp"})); err != nil {
+			t.Fatalf("after removing one: %v", err)
+		}
+	})
 }

@@ -17,8 +17,8 @@ import (
 )
 
 const (
-	// maxWatchers bounds the polling watchers of all sandboxes.
-	maxWatchers = 1024
+	// maxWatchers bounds the polling watchers of one sandbox.
+	maxWatchers = 64
 	// maxPending bounds the events a polling watcher holds between polls;
 	// beyond it the oldest are dropped.
 	maxPending = 10000
@@ -160,12 +160,8 @@ func (s filesystemService) CreateWatcher(ctx context.Context, req *connect.Reque
 		return nil, err
 	}
 	ws := s.h.watchers
-	ws.sweep()
-	ws.mu.Lock()
-	n := len(ws.m)
-	ws.mu.Unlock()
-	if n >= maxWatchers {
-		return nil, rpcErrorf(connect.CodeResourceExhausted, "too many watchers")
+	if ws.sweep(t.sb.ID) >= maxWatchers {
+		return nil, rpcErrorf(connect.CodeResourceExhausted, "too many watchers: remove some (at most %d per sandbox)", maxWatchers)
 	}
 	m := req.Msg
 	spec := watchSpec{path: m.GetPath(), recursive: m.GetRecursive(), includeEntry: m.GetIncludeEntry()}
@@ -259,19 +255,25 @@ func (ws *watchers) remove(sb sandbox.ID, id string) {
 	}
 }
 
-// sweep removes watchers nobody polled for watcherIdle.
-func (ws *watchers) sweep() {
+// sweep removes watchers nobody polled for watcherIdle and counts those
+// of sandbox sb that remain.
+func (ws *watchers) sweep(sb sandbox.ID) int {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	n := 0
 	for id, w := range ws.m {
 		w.mu.Lock()
 		idle := time.Since(w.lastPoll) > watcherIdle
 		w.mu.Unlock()
-		if idle {
+		switch {
+		case idle:
 			delete(ws.m, id)
 			w.cancel()
+		case w.sandbox == sb:
+			n++
 		}
 	}
+	return n
 }
 
 func (w *pollWatcher) add(ev *filesystem.FilesystemEvent) {
