@@ -1,5 +1,12 @@
 package sandbox
 
+import (
+	"context"
+	"os"
+
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
 // AbandonPools stops filling the pools and forgets their sandboxes without
 // destroying them, as a crash of kiln serve would leave them.
 func (m *Manager) AbandonPools() {
@@ -10,4 +17,26 @@ func (m *Manager) AbandonPools() {
 	p.ready = map[string][]*pooled{}
 	p.mu.Unlock()
 	<-p.done
+}
+
+// LeaveWarmBuildSandbox boots the sandbox a warm build of the template
+// would, and leaves it, as a builder that crashed would.
+func (m *Manager) LeaveWarmBuildSandbox(ctx context.Context, name string) (ID, error) {
+	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+	if err != nil {
+		return "", err
+	}
+	limits, err := m.poolLimits(tmpl)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
+		return "", err
+	}
+	b, err := m.hiddenBox(ctx, tmpl, m.runtimes["runsc"], limits, false, tmpl.WarmSandboxDir())
+	if err != nil {
+		return "", err
+	}
+	b.conn.Close()
+	return b.rec.ID, nil
 }

@@ -182,7 +182,7 @@ func (m *Manager) fillOne(ctx context.Context, p *pools, name string) error {
 			}
 		}
 	}
-	b, err := m.hiddenBox(ctx, tmpl, rt, limits, true)
+	b, err := m.hiddenBox(ctx, tmpl, rt, limits, true, m.cfg.StateDir)
 	if err != nil {
 		return err
 	}
@@ -394,17 +394,17 @@ func (m *Manager) closePools() {
 }
 
 // hiddenBox makes a running sandbox of tmpl on rt with limits and the
-// template's env that has no record and is not in the live set: a pooled
-// sandbox (warm: restored from the warm checkpoint if there is one) or
-// the one a warm checkpoint is taken from (booted). On failure it leaves
-// nothing behind.
-func (m *Manager) hiddenBox(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, warm bool) (_ *box, err error) {
+// template's env that has no record and is not in the live set, with its
+// state dir in stateDir: a pooled sandbox (warm: restored from the warm
+// checkpoint if there is one) or the one a warm checkpoint is taken from
+// (booted). On failure it leaves nothing behind.
+func (m *Manager) hiddenBox(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, warm bool, stateDir string) (_ *box, err error) {
 	id := NewID()
 	env := maps.Clone(tmpl.Defaults.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
-	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
+	b := &box{dir: filepath.Join(stateDir, id.String()), rec: Sandbox{
 		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating, Limits: limits,
 		User: tmpl.Defaults.User, Workdir: tmpl.Defaults.Workdir, Env: env, Node: m.cfg.Node,
 		CreatedAt: time.Now().UTC(),

@@ -295,12 +295,19 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	if c, err := tmpl.Checkpoint(key); err == nil {
 		return c, nil
 	}
+	m.cleanWarmLeftovers(ctx, tmpl)
 	t0 := time.Now()
 	limits, err := limitsFor(Limits{}, Limits{CPUs: tmpl.Defaults.CPUs, MemoryBytes: tmpl.Defaults.MemoryBytes, DiskBytes: tmpl.Defaults.DiskBytes}, m.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
-	b, err := m.hiddenBox(ctx, tmpl, rt, limits, false)
+	// The build's sandbox lives in the template dir, not among the served
+	// sandboxes: it is no sandbox of this server's, and a crash leaves it
+	// to the next warm build (cleanWarmLeftovers), not to adoption.
+	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("creating warm build dir: %w", err)
+	}
+	b, err := m.hiddenBox(ctx, tmpl, rt, limits, false, tmpl.WarmSandboxDir())
 	if err != nil {
 		return nil, fmt.Errorf("booting the warm build sandbox: %w", err)
 	}
@@ -386,6 +393,29 @@ func deadline(ctx context.Context) time.Time {
 	return time.Now().Add(template.DefaultWarmTimeout)
 }
 
+// cleanWarmLeftovers destroys the warm build sandboxes that crashed
+// builders left in tmpl's build dir. Callers hold tmpl.LockWarm.
+func (m *Manager) cleanWarmLeftovers(ctx context.Context, tmpl *template.Template) {
+	parent := tmpl.WarmSandboxDir()
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		id, err := ParseID(e.Name())
+		if err != nil {
+			continue
+		}
+		m.log.Warn("destroying a warm build sandbox left by a crash", "sandbox_id", id, "template", tmpl.Name)
+		dir := filepath.Join(parent, e.Name())
+		for _, rt := range m.runtimes {
+			_ = deleteContainer(ctx, rt, id, dir, nil)
+		}
+		if err := rootfs.Unmount(ctx, filepath.Join(dir, layerDir)); err != nil {
+			m.log.Error("unmounting leftover warm build sandbox", "sandbox_id", id, "err", err)
+			continue
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // WarmTemplates builds, one after another, the missing warm checkpoints of
 // every built template that has a warm step (kiln serve runs it in the
 // background at start; until a checkpoint exists its template's sandboxes
@@ -399,6 +429,14 @@ func (m *Manager) WarmTemplates(ctx context.Context) {
 	for _, t := range ts {
 		if t.Warm == nil || ctx.Err() != nil {
 			continue
+		}
+		// Leftovers of a build that a crash interrupted, unless a build
+		// is running now (then it is that builder's business).
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if unlock, err := t.LockWarm(done); err == nil {
+			m.cleanWarmLeftovers(ctx, t)
+			unlock()
 		}
 		if c, why := m.warmCheckpoint(t, m.runtimes["runsc"], Limits{}); c == nil && strings.HasPrefix(why, "no warm checkpoint") {
 			m.log.Info("building warm checkpoint", "template", t.Name)

@@ -3,10 +3,12 @@ package sandbox_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -223,4 +226,59 @@ func stateDirs(cfg sandbox.Config) ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, err
+}
+
+// A template of one's own with a warm step that starts a background
+// process and waits for it: sandboxes made from it have the process
+// running. A warm build sandbox that a crashed builder left behind is
+// destroyed by the next WarmTemplates.
+func TestWarmStartAndReady(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	base, err := template.Lookup(cfg.DataDir, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A private data dir whose template "warmbase" is the base rootfs with
+	// a warm step.
+	cfg.DataDir = t.TempDir()
+	build := filepath.Join(template.Dir(cfg.DataDir), "warmbase", "h1")
+	if err := os.MkdirAll(build, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(base.Rootfs, filepath.Join(build, "rootfs")); err != nil {
+		t.Fatal(err)
+	}
+	man, _ := json.Marshal(template.Template{Name: "warmbase", Hash: "h1", Defaults: base.Defaults, Warm: &template.Warm{
+		Start: "echo started > /tmp/started; exec sleep 1000", Ready: "test -f /tmp/started",
+	}})
+	if err := os.WriteFile(filepath.Join(build, "template.json"), man, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("h1", filepath.Join(template.Dir(cfg.DataDir), "warmbase", "current")); err != nil {
+		t.Fatal(err)
+	}
+	m, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	ctx := context.Background()
+
+	left, err := m.LeaveWarmBuildSandbox(ctx, "warmbase")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.WarmTemplates(ctx)
+	tmpl, _ := template.Lookup(cfg.DataDir, "warmbase")
+	if ents, _ := os.ReadDir(tmpl.WarmSandboxDir()); len(ents) != 0 {
+		t.Errorf("warm build sandboxes left: %v", ents)
+	}
+	if _, err := runtimes(cfg.Config)["runsc"].State(ctx, left.String()); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the crashed build's container is still there: %v", err)
+	}
+
+	e := create(t, m, sandbox.CreateOptions{Template: "warmbase"})
+	if !strings.Contains(logs.String(), `from="warm checkpoint"`) {
+		t.Fatal("the create did not restore the warm checkpoint")
+	}
+	if r := e.sh("cat /tmp/started; pgrep -f 'sleep 1000' >/dev/null && echo running"); r.stdout != "started\nrunning\n" {
+		t.Errorf("warm step's effects in the sandbox: %q %q", r.stdout, r.stderr)
+	}
 }

@@ -143,6 +143,11 @@ func (t *Template) LockWarm(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
+// WarmSandboxDir holds the state dirs of the sandboxes that warm builds
+// boot (one per build in progress; a crashed builder leaves its own for the
+// next builder, who holds LockWarm, to destroy).
+func (t *Template) WarmSandboxDir() string { return filepath.Join(t.Dir, warmDirName, ".sandboxes") }
+
 // NewCheckpointDir makes a private dir to build a warm checkpoint in; pass
 // it to PublishCheckpoint.
 func (t *Template) NewCheckpointDir() (string, error) {
@@ -194,11 +199,8 @@ func (t *Template) pruneCheckpoints(keep string) {
 		if err != nil {
 			continue
 		}
-		if !e.IsDir() {
-			continue // the lock
-		}
-		if strings.HasPrefix(e.Name(), warmBuildPrefix) {
-			if time.Since(fi.ModTime()) > time.Hour {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") { // the lock, builds, build sandboxes
+			if strings.HasPrefix(e.Name(), warmBuildPrefix) && time.Since(fi.ModTime()) > time.Hour {
 				_ = os.RemoveAll(filepath.Join(parent, e.Name()))
 			}
 			continue
