@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"connectrpc.com/connect"
+
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -19,6 +21,10 @@ type Options struct {
 	// DefaultOutputLimit.
 	OutputLimit int64
 }
+
+// maxMessage bounds one RPC message a client sends (stdin data is the
+// only large one).
+const maxMessage = 32 << 20
 
 // DefaultOutputLimit is the per-process output cap when Options names
 // none: kiln serve's largest allowed output limit by default.
@@ -42,8 +48,9 @@ func New(o Options) *Handler {
 		o.OutputLimit = DefaultOutputLimit
 	}
 	h := &Handler{log: o.Log, outLimit: o.OutputLimit, mux: http.NewServeMux(), watchers: newWatchers()}
-	h.mux.Handle(processconnect.NewProcessHandler(processService{h}))
-	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}))
+	limit := connect.WithReadMaxBytes(maxMessage)
+	h.mux.Handle(processconnect.NewProcessHandler(processService{h}, limit))
+	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}, limit))
 	h.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	h.mux.HandleFunc("GET /envs", h.envs)
 	h.mux.HandleFunc("GET /files", h.download)

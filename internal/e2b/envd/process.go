@@ -2,6 +2,7 @@ package envd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -52,6 +53,9 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 	}
 	if pty := m.GetPty(); pty != nil {
 		p.PTY = &wire.PTYSize{Cols: clampSize(pty.GetSize().GetCols(), 80), Rows: clampSize(pty.GetSize().GetRows(), 24)}
+	}
+	if b, _ := json.Marshal(p); len(b) > maxExecParams {
+		return rpcErrorf(connect.CodeInvalidArgument, "the command, its arguments and environment take %d bytes, more than %d: write a script with files.write and run that", len(b), maxExecParams)
 	}
 	ps := newProcStream(req.Header(), p.PTY != nil, func(ev *process.ProcessEvent) error {
 		return stream.Send(&process.StartResponse{Event: ev})
@@ -218,8 +222,24 @@ func (t *target) input(ctx context.Context, pid int, in *process.ProcessInput) e
 	default:
 		return rpcErrorf(connect.CodeInvalidArgument, "input must be stdin or pty")
 	}
-	return t.ended(ctx, pid, t.agent.Stdin(ctx, wire.StdinParams{PID: pid, Data: data}))
+	// One agent call carries at most a channel frame: write in pieces.
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), stdinChunk)
+		if err := t.agent.Stdin(ctx, wire.StdinParams{PID: pid, Data: data[:n]}); err != nil {
+			return t.ended(ctx, pid, err)
+		}
+		data = data[n:]
+	}
+	return nil
 }
+
+// maxExecParams is about the largest process description one agent call
+// carries (a channel frame is 256 KiB).
+const maxExecParams = 250 << 10
+
+// stdinChunk is the most input one agent call carries (base64 in JSON
+// must fit a channel frame of 256 KiB).
+const stdinChunk = 64 << 10
 
 // pid resolves a process selector: a pid as given, a tag to the running
 // process that carries it.

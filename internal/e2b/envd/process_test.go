@@ -146,6 +146,14 @@ func TestProcessErrors(t *testing.T) {
 					}
 					return err
 				}, connect.CodeInvalidArgument},
+				{"command larger than one agent call", func(ctx context.Context) error {
+					s, err := e.process("", c.opts).Start(ctx, connect.NewRequest(&process.StartRequest{Process: bash("echo " + strings.Repeat("x", 300<<10))}))
+					if err != nil {
+						return err
+					}
+					_, err = collect(s, nil)
+					return err
+				}, connect.CodeInvalidArgument},
 				{"unknown user", func(ctx context.Context) error {
 					s, err := e.process("nobody", c.opts).Start(ctx, connect.NewRequest(&process.StartRequest{Process: bash("true")}))
 					if err != nil {
@@ -347,6 +355,34 @@ func TestProcessStdin(t *testing.T) {
 						t.Fatalf("got %+v", r)
 					}
 				})
+			}
+		})
+	}
+}
+
+// TestProcessLargeInput: input larger than one agent call carries.
+func TestProcessLargeInput(t *testing.T) {
+	e := newEnv(t, sandboxOpts())
+	for _, c := range codecs {
+		t.Run(c.name, func(t *testing.T) {
+			pc := e.process("", c.opts)
+			ctx := ctxTimeout(t, time.Minute)
+			s, err := pc.Start(ctx, connect.NewRequest(&process.StartRequest{Process: bash("wc -c"), Stdin: ptr(true)}))
+			if err != nil || !s.Receive() {
+				t.Fatal(err, s.Err())
+			}
+			pid := s.Msg().GetEvent().GetStart().GetPid()
+			big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+			if _, err := pc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: pidSel(pid),
+				Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(big)}}})); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: pidSel(pid)})); err != nil {
+				t.Fatal(err)
+			}
+			r, err := collect(s, nil)
+			if err != nil || r.stdout != "1048576\n" {
+				t.Fatalf("got %+v, %v", r, err)
 			}
 		})
 	}
