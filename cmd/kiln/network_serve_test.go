@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// TestServeNetwork runs a real kiln serve with networking on, its host
+// side in a test namespace (KILN_NETWORK_HOST_NS) with the test's
+// internet and DNS (KILN_NETWORK_DNS): a sandbox of mode nat reaches an
+// allowed site by name, a denied name does not resolve, the policy changes
+// through the CLI's client, and /metrics has the sandbox's network
+// counters.
+func TestServeNetwork(t *testing.T) {
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	w := nettest.New(t)
+	w.AddSite(t, netip.MustParseAddr("198.51.100.10"), "allowed", "allowed.test")
+	w.AddSite(t, netip.MustParseAddr("198.51.100.20"), "denied", "denied.test")
+	kiln := buildKiln(t)
+	dataDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir, "--network")
+	cmd.Env = append(os.Environ(), "KILN_NETWORK_HOST_NS="+w.Host, "KILN_NETWORK_DNS="+w.Upstream()[0])
+	stdout, _ := cmd.StdoutPipe()
+	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			logs, _ := os.ReadFile(logf.Name())
+			t.Logf("kiln serve log:\n%s", tail(string(logs)))
+		}
+	})
+	keyc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
+				keyc <- m[1]
+			}
+		}
+	}()
+	var key string
+	select {
+	case key = <-keyc:
+	case <-time.After(60 * time.Second):
+		t.Fatal("kiln serve printed no admin key")
+	}
+	c := client.New("http://"+addr, key)
+	ctx := context.Background()
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runc",
+		Network: &api.Network{Mode: "nat", Deny: []string{"denied.test"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.KillSandbox(context.Background(), sb.ID) })
+	if sb.Network == nil || sb.Network.Address != "10.11.0.2" {
+		t.Fatalf("created network %+v", sb.Network)
+	}
+	fetch := func(url string) string {
+		res, err := c.Output(ctx, sb.ID, api.CommandRequest{Args: []string{"python3", "-c",
+			"import sys, urllib.request\ntry:\n print(urllib.request.urlopen(sys.argv[1], timeout=4).read().decode())\nexcept Exception as e:\n print('blocked')", url}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(res.Stdout)
+	}
+	for url, want := range map[string]string{"http://allowed.test/": "allowed", "http://denied.test/": "blocked", "http://198.51.100.20/": "blocked"} {
+		if got := fetch(url); got != want {
+			t.Errorf("%s: %q, want %q", url, got, want)
+		}
+	}
+	if _, err := c.SetNetwork(ctx, sb.ID, api.Network{Egress: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fetch("http://198.51.100.10/"); got != "blocked" {
+		t.Errorf("after egress deny: %q", got)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var found bool
+	for sc := bufio.NewScanner(resp.Body); sc.Scan(); {
+		if strings.HasPrefix(sc.Text(), `kiln_sandbox_network_policy_drops_total{sandbox_id="`+sb.ID+`"}`) {
+			found = !strings.HasSuffix(sc.Text(), " 0")
+		}
+	}
+	if !found {
+		t.Error("/metrics has no non-zero policy drops for the sandbox")
+	}
+}
