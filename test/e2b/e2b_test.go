@@ -171,12 +171,13 @@ func runNode(t *testing.T, dir string, srv *servetest.Server) {
 var summaryRE = regexp.MustCompile(`^\w+: \d+ passed, \d+ failed, \d+ skipped$`)
 
 // sdkEnv is the environment of the JS tests: this process's, without any
-// E2B_* variable (E2B_DEBUG would bypass the server), plus the three the
-// SDKs need to reach srv.
+// E2B_* variable (E2B_DEBUG would bypass the server) but run.mjs's own
+// knobs, plus the three the SDKs need to reach srv.
 func sdkEnv(dir string, srv *servetest.Server) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "E2B_") {
+		knob := strings.HasPrefix(kv, "E2B_RUN_KNOWN_FAILURES=") || strings.HasPrefix(kv, "E2B_TEST_CONCURRENCY=")
+		if knob || !strings.HasPrefix(kv, "E2B_") {
 			env = append(env, kv)
 		}
 	}

@@ -4,8 +4,6 @@
 // test/e2b/run.mjs skips these unless E2B_RUN_KNOWN_FAILURES=1; shrink this
 // list as fixes land: it should be empty.
 export default {
-  'commands: killing the sandbox ends a running command with a TimeoutError':
-    'flaky under load: the data plane /health blocks while the sandbox is destroyed, past the SDK 5 s probe (findings 05:45, core)',
   'commands: timeoutMs ends a long command with TimeoutError':
     'flaky under load: an expired Connect deadline ends the stream with an end event, not deadline_exceeded (findings 05:45, envd)',
 }

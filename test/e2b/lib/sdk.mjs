@@ -67,12 +67,10 @@ function knownFailure(name) {
 
 // sandbox creates a sandbox of Class (e2b's or the code interpreter's
 // Sandbox) tagged with this run, and kills it when the file's tests end.
-export async function sandbox(Class, opts = {}) {
-  const sbx = await Class.create({
-    timeoutMs: 10 * 60_000,
-    ...opts,
-    metadata: { e2eRun: run, ...opts.metadata },
-  })
+// opts.template names a template or snapshot other than Class's default.
+export async function sandbox(Class, { template, ...opts } = {}) {
+  const o = { timeoutMs: 10 * 60_000, ...opts, metadata: { e2eRun: run, ...opts.metadata } }
+  const sbx = await (template ? Class.create(template, o) : Class.create(o))
   return track(sbx)
 }
 

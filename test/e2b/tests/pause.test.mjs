@@ -1,8 +1,9 @@
 // Pausing and resuming through the SDK (pause, then connect resumes), with
-// files, processes and a code interpreter's memory kept, and getMetrics.
+// files, processes and a code interpreter's memory kept; lifecycle on
+// timeout (kill, pause, autoResume); getMetrics.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { ci, e2b, run, sandbox, test, track, until } from '../lib/sdk.mjs'
+import { ci, e2b, run, sandbox, test, until } from '../lib/sdk.mjs'
 
 const { Sandbox } = e2b
 
@@ -81,22 +82,23 @@ test('lifecycle onTimeout pause pauses at expiry and connect resumes it', async 
   assert.equal(await awake.files.read('/home/user/nap.txt'), 'zzz')
 })
 
-test('fork copies a running sandbox into independent sandboxes', async () => {
-  const parent = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'parent' } })
-  await parent.files.write('/home/user/inherited.txt', 'from the parent')
-  const forks = await parent.fork({ count: 2 })
-  assert.equal(forks.length, 2)
-  for (const f of forks) {
-    assert.ok(!(f instanceof Error), `fork failed: ${f?.message}`)
-    track(f)
-  }
-  const ids = new Set([parent.sandboxId, ...forks.map((f) => f.sandboxId)])
-  assert.equal(ids.size, 3)
-  for (const [i, f] of forks.entries()) {
-    assert.equal(await f.files.read('/home/user/inherited.txt'), 'from the parent')
-    await f.files.write('/home/user/inherited.txt', `fork ${i}`)
-  }
-  assert.equal(await parent.files.read('/home/user/inherited.txt'), 'from the parent')
-  assert.equal(await forks[0].files.read('/home/user/inherited.txt'), 'fork 0')
-  assert.equal(await forks[1].files.read('/home/user/inherited.txt'), 'fork 1')
+test('lifecycle autoResume: a data-plane request resumes a paused sandbox', async () => {
+  const sleeper = await sandbox(Sandbox, {
+    timeoutMs: 120_000,
+    lifecycle: { onTimeout: 'pause', autoResume: true },
+    metadata: { file: 'pause', role: 'sleeper' },
+  })
+  assert.deepEqual((await sleeper.getInfo()).lifecycle, { onTimeout: 'pause', autoResume: true })
+  await sleeper.files.write('/home/user/wake.txt', 'awake')
+
+  assert.equal(await sleeper.pause(), true)
+  assert.equal((await sleeper.getInfo()).state, 'paused')
+  assert.equal(await sleeper.files.read('/home/user/wake.txt'), 'awake')
+  assert.equal((await sleeper.getInfo()).state, 'running')
+
+  await sleeper.setTimeout(1_000)
+  const paused = await until(async () => (await sleeper.getInfo()).state === 'paused', 60_000)
+  assert.ok(paused, 'not auto-paused at its timeout')
+  assert.equal((await sleeper.commands.run('cat /home/user/wake.txt')).stdout, 'awake')
+  assert.equal((await sleeper.getInfo()).state, 'running')
 })
