@@ -40,10 +40,31 @@ func attach(t *testing.T, n *network.Network, p network.Policy) string {
 // lookup resolves name through the sandbox's resolver (the gateway), from
 // inside its namespace.
 func lookup(ctx context.Context, ns, name string) ([]netip.Addr, error) {
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, nw, _ string) (net.Conn, error) {
+	return lookupOver(ctx, ns, "", name)
+}
+
+// lookupOver is lookup over network nw ("tcp"; "" lets the resolver pick).
+func lookupOver(ctx context.Context, ns, nw, name string) ([]netip.Addr, error) {
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, picked, _ string) (net.Conn, error) {
+		if nw == "" {
+			nw = picked
+		}
 		return network.DialIn(ctx, ns, nw, netip.AddrPortFrom(network.GatewayAddr, 53).String())
 	}}
 	return r.LookupNetIP(ctx, "ip4", name)
+}
+
+// TestDNSOverTCP: the resolver answers and filters over TCP too.
+func TestDNSOverTCP(t *testing.T) {
+	_, n := world(t)
+	ctx := context.Background()
+	ns := network.SandboxNS(attach(t, n, network.Policy{Deny: []string{"denied.test"}}))
+	if got, err := lookupOver(ctx, ns, "tcp", "allowed.test"); err != nil || len(got) != 1 || got[0] != nettest.AllowedSite {
+		t.Errorf("lookup allowed.test over TCP = %v, %v", got, err)
+	}
+	if got, err := lookupOver(ctx, ns, "tcp", "denied.test"); err == nil {
+		t.Errorf("lookup denied.test over TCP = %v, want refused", got)
+	}
 }
 
 type check struct {

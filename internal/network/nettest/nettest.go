@@ -127,14 +127,43 @@ func (w *World) ServeHTTP(t testing.TB, ns, addr, body string) {
 	t.Cleanup(func() { srv.Close() })
 }
 
-// serveDNS answers A queries from w.names on the internet's address, UDP.
+// serveDNS answers A queries from w.names on the internet's address, over
+// UDP and TCP.
 func (w *World) serveDNS(t testing.TB) {
 	t.Helper()
-	pc, err := network.ListenPacketIn(w.Internet, "udp4", netip.AddrPortFrom(InternetAddr, 53).String())
+	addr := netip.AddrPortFrom(InternetAddr, 53).String()
+	pc, err := network.ListenPacketIn(w.Internet, "udp4", addr)
 	if err != nil {
 		t.Fatalf("listening for DNS: %v", err)
 	}
 	t.Cleanup(func() { pc.Close() })
+	l, err := network.ListenIn(w.Internet, "tcp4", addr)
+	if err != nil {
+		t.Fatalf("listening for DNS: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var n [2]byte
+				if _, err := io.ReadFull(c, n[:]); err != nil {
+					return
+				}
+				q := make([]byte, int(n[0])<<8|int(n[1]))
+				if _, err := io.ReadFull(c, q); err != nil {
+					return
+				}
+				if resp := w.dnsAnswer(q); resp != nil {
+					_, _ = c.Write(append([]byte{byte(len(resp) >> 8), byte(len(resp))}, resp...))
+				}
+			}()
+		}
+	}()
 	go func() {
 		buf := make([]byte, 1500)
 		for {
