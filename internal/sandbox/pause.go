@@ -120,9 +120,10 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	if err := ck.Checkpoint(ctx, id, img, true); err != nil {
 		return undo(fmt.Errorf("checkpointing sandbox: %w", err))
 	}
-	if err := syncDir(img); err != nil {
-		return undo(fmt.Errorf("syncing checkpoint: %w", err))
-	}
+	// The image is not fsynced: a paused sandbox survives restarts of
+	// kiln serve (the page cache does), not reboots of the host, which
+	// lose its layer's loop mount (adopt fails it then); an fsync would
+	// only add its time (about a second per GiB here) to every pause.
 	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.pids); err != nil {
 		// The image is complete; the container is half gone. Resume can
 		// still restore from the image once the container is deleted.
@@ -132,8 +133,8 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	return nil
 }
 
-// syncDir flushes the files of dir and dir itself to disk, so that a paused
-// sandbox survives a host crash as well as a restart of kiln serve.
+// syncDir flushes the files of dir and dir itself to disk, so that a
+// snapshot survives a host crash.
 func syncDir(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {

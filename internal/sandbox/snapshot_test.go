@@ -319,7 +319,8 @@ func pyEval(t *testing.T, a *sandbox.Agent, code string) string {
 }
 
 // A Python kernel's variables survive into a fork and into sandboxes made
-// from a snapshot, across a restart of kiln serve, and then diverge.
+// from a snapshot, across a restart of kiln serve, and then diverge; and
+// through a pause and resume.
 func TestSnapshotKernelState(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
@@ -354,12 +355,19 @@ func TestSnapshotKernelState(t *testing.T) {
 	if got := pyEval(t, c.agent, "x"); got != "41" {
 		t.Errorf("x in sandbox from snapshot: %q", got)
 	}
+	// And in the source, through a pause and resume after the restart.
+	if _, err := m2.Pause(ctx, src.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Resume(ctx, src.sb.ID); err != nil {
+		t.Fatal(err)
+	}
 	sa, err := m2.Agent(src.sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := pyEval(t, sa, "x"); got != "41" {
-		t.Errorf("x in source after fork's change: %q", got)
+		t.Errorf("x in source after fork's change, pause and resume: %q", got)
 	}
 }
 
