@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -145,6 +149,52 @@ func TestLLMTools(t *testing.T) {
 			t.Fatalf("example: %v\n%s", err, out)
 		}
 		t.Logf("the example's loop:\n%s", out)
+
+		// The same loop with the example's Chat Completions client,
+		// against a stand-in for OpenAI's API on loopback that checks the
+		// requests' shape.
+		var mu sync.Mutex
+		var problems []string
+		api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			defer mu.Unlock()
+			var req struct {
+				Model    string           `json:"model"`
+				Messages []map[string]any `json:"messages"`
+				Tools    []struct {
+					Type     string         `json:"type"`
+					Function map[string]any `json:"function"`
+				} `json:"tools"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil || r.URL.Path != "/v1/chat/completions" ||
+				r.Header.Get("Authorization") != "Bearer sk-test" || req.Model != "gpt-test" ||
+				len(req.Tools) != 1 || req.Tools[0].Type != "function" || req.Tools[0].Function["name"] != "execute_python" {
+				problems = append(problems, fmt.Sprintf("request %s %+v: %v", r.URL.Path, req, err))
+				http.Error(w, "bad request", 400)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			switch last := req.Messages[len(req.Messages)-1]; last["role"] {
+			case "user":
+				io.WriteString(w, `{"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,`+
+					`"tool_calls":[{"id":"call_9","type":"function","function":{"name":"execute_python","arguments":"{\"code\":\"'strawberry'.count('r')\"}"}}]}}]}`)
+			case "tool":
+				if last["tool_call_id"] != "call_9" {
+					problems = append(problems, fmt.Sprintf("tool message %v", last))
+				}
+				json.NewEncoder(w).Encode(map[string]any{"choices": []any{map[string]any{"index": 0, "finish_reason": "stop",
+					"message": map[string]any{"role": "assistant", "content": fmt.Sprintf("There are %v r's.", last["content"])}}}})
+			}
+		}))
+		defer api.Close()
+		cmd = exec.CommandContext(ctx, bin, "-model", "gpt-test")
+		cmd.Env = append(os.Environ(), "KILN_URL="+url, "KILN_API_KEY="+key, "OPENAI_BASE_URL="+api.URL+"/v1", "OPENAI_API_KEY=sk-test")
+		out, err = cmd.CombinedOutput()
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil || len(problems) > 0 || !strings.Contains(string(out), "answer: There are 3 r's.") {
+			t.Fatalf("example with a Chat Completions server: %v, %q\n%s", err, problems, out)
+		}
 	})
 
 	// Sessions cannot outlive the server: a shutdown kills their

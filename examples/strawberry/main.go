@@ -1,12 +1,13 @@
 // Command strawberry runs the classic "how many r's are in strawberry?"
-// through a real function-calling loop against a real Kiln server, with a
-// scripted stand-in for the model so that it needs no network and no model
-// API key. Swap scriptedModel for a call to OpenAI's Chat Completions API
-// (the messages and tools are in its exact JSON shape) and nothing else
-// changes: see docs/llm.md.
+// through a real function-calling loop against a real Kiln server. By
+// default a scripted stand-in plays the model, so it needs no network and
+// no model API key; with -model it asks a real model through OpenAI's Chat
+// Completions API (or any server speaking it, at OPENAI_BASE_URL), with
+// the same messages and tools: see docs/llm.md.
 //
 //	export KILN_URL=http://127.0.0.1:8420 KILN_API_KEY=e2b_...
 //	go run ./examples/strawberry
+//	OPENAI_API_KEY=sk-... go run ./examples/strawberry -model gpt-4.1-mini
 //
 // The loop: the model gets the question and Kiln's tool definitions (GET
 // /v1/tools?format=openai); it answers with a tool call (execute_python);
@@ -16,11 +17,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -31,6 +35,11 @@ import (
 
 // The OpenAI Chat Completions wire types the loop needs.
 type (
+	chatResponse struct {
+		Choices []struct {
+			Message message `json:"message"`
+		} `json:"choices"`
+	}
 	chatRequest struct {
 		Model    string          `json:"model"`
 		Messages []message       `json:"messages"`
@@ -58,9 +67,19 @@ type model func(ctx context.Context, req chatRequest) (message, error)
 const question = "How many times does the letter r appear in the word strawberry?"
 
 func main() {
+	name := flag.String("model", "", "ask this OpenAI `model` (OPENAI_API_KEY, OPENAI_BASE_URL) instead of the scripted one")
+	flag.Parse()
+	ask := scriptedModel
+	if *name != "" {
+		base := os.Getenv("OPENAI_BASE_URL")
+		if base == "" {
+			base = "https://api.openai.com/v1"
+		}
+		ask = openAIModel(base, os.Getenv("OPENAI_API_KEY"), *name)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	answer, err := run(ctx, client.FromEnv(), scriptedModel, os.Stdout)
+	answer, err := run(ctx, client.FromEnv(), ask, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "strawberry:", err)
 		os.Exit(1)
@@ -81,7 +100,7 @@ func run(ctx context.Context, c *client.Client, ask model, log io.Writer) (strin
 	if err != nil {
 		return "", err
 	}
-	req := chatRequest{Model: "scripted", Tools: tools, Messages: []message{{Role: "user", Content: question}}}
+	req := chatRequest{Tools: tools, Messages: []message{{Role: "user", Content: question}}}
 	show(log, "user → model", req.Messages[0])
 	for range 5 { // turns
 		reply, err := ask(ctx, req)
@@ -144,6 +163,40 @@ func scriptedModel(_ context.Context, req chatRequest) (message, error) {
 		return message{Role: "assistant", Content: fmt.Sprintf("The letter r appears %s times in \"strawberry\".", strings.TrimSpace(last.Content))}, nil
 	}
 	return message{}, fmt.Errorf("unexpected last message from %s", last.Role)
+}
+
+// openAIModel asks a model through the Chat Completions API at base.
+func openAIModel(base, key, name string) model {
+	return func(ctx context.Context, req chatRequest) (message, error) {
+		req.Model = name
+		body, err := json.Marshal(req)
+		if err != nil {
+			return message{}, err
+		}
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/chat/completions", bytes.NewReader(body))
+		if err != nil {
+			return message{}, err
+		}
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(hreq)
+		if err != nil {
+			return message{}, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return message{}, fmt.Errorf("chat completions: %s: %s", resp.Status, b)
+		}
+		var out chatResponse
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return message{}, fmt.Errorf("chat completions: %w", err)
+		}
+		if len(out.Choices) == 0 {
+			return message{}, errors.New("chat completions: no choices")
+		}
+		return out.Choices[0].Message, nil
+	}
 }
 
 // show prints one step of the loop as JSON.
