@@ -15,18 +15,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kiln-sh/kiln/internal/apikey"
-	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"
-	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/server"
-	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -59,33 +55,20 @@ type harness struct {
 // or the templates the test needs.
 func newHarness(t testing.TB, templates ...string) *harness {
 	t.Helper()
-	cfg := config.FromEnv()
-	cfg.AgentPath = agentPath
+	cfg := sandboxtest.Config(t, agentPath)
 	cfg.Runtime = testRuntime()
-	ocitest.RequireRoot(t)
-	for _, name := range append([]string{"base"}, templates...) {
+	for _, name := range templates {
 		_, err := template.Lookup(cfg.DataDir, name)
 		ocitest.Require(t, err == nil, fmt.Sprintf("template %s not built (make setup): %v", name, err))
 	}
 	_, err := exec.LookPath(cfg.Runtime)
 	ocitest.Require(t, err == nil, cfg.Runtime+" not installed")
-	dir := t.TempDir()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "kiln.db"))
-	if err != nil {
-		t.Fatal(err)
+	keys, ok := cfg.Store.(apikey.Store)
+	if !ok {
+		t.Fatalf("the test store %T keeps no API keys", cfg.Store)
 	}
-	t.Cleanup(func() { st.Close() })
-	log := slog.New(slog.NewTextHandler(newTestWriter(t), nil))
-	m, err := sandbox.NewManager(context.Background(), sandbox.Config{
-		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st,
-	}, map[string]oci.Runtime{
-		"runsc": oci.Runsc(oci.Config{Binary: cfg.RunscPath, Root: filepath.Join(cfg.RunDir, "runsc"), Flags: oci.RunscFlags(context.Background(), cfg.RunscPath, cfg.RunscPlatform)}),
-		"runc":  oci.Runc(oci.Config{Binary: cfg.RuncPath, Root: filepath.Join(cfg.RunDir, "runc")}),
-	}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, err := e2b.LoadSecret(filepath.Join(dir, "e2b.secret"))
+	m := sandboxtest.NewManager(t, cfg)
+	secret, err := e2b.LoadSecret(filepath.Join(t.TempDir(), "e2b.secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,25 +78,19 @@ func newHarness(t testing.TB, templates ...string) *harness {
 		if i == 2 {
 			key.MaxSandboxes = 1
 		}
-		if err := st.CreateKey(context.Background(), key); err != nil {
+		if err := keys.CreateKey(context.Background(), key); err != nil {
 			t.Fatal(err)
 		}
 		*k = s
 	}
 	srv := server.New(server.Options{
-		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: "test",
-		E2B: &e2b.Options{Secret: secret},
+		Manager: m, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
+		Config: cfg.Config, Version: "test", E2B: &e2b.Options{Secret: secret},
 	})
 	h.ts = httptest.NewServer(srv)
-	t.Cleanup(func() {
+	t.Cleanup(func() { // before the Manager's cleanup kills the sandboxes
 		h.ts.CloseClientConnections()
 		h.ts.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		for _, sb := range m.Live() {
-			_ = m.Kill(ctx, sb.ID)
-		}
-		m.Close()
 	})
 	return h
 }

@@ -95,7 +95,9 @@ func TestDataPlaneRouting(t *testing.T) {
 			`{"code":502,"message":"The sandbox was not found","sandboxId":"nosuchsandbox1"}`},
 		{"unknown sandbox by host", "GET", "/health", []string{"Host", "49983-nosuchsandbox1.localhost"}, 502,
 			`{"code":502,"message":"The sandbox was not found","sandboxId":"nosuchsandbox1"}`},
-		{"other port", "GET", "/", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080"}, 502,
+		// Other ports go to the exposed-port proxy (internal/proxy): the
+		// owner's key may use them in any sandbox; nothing listens on 8080.
+		{"other port", "GET", "/", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "8080", "X-API-KEY", h.a}, 502,
 			fmt.Sprintf(`{"code":502,"message":"The sandbox is running but port is not open","sandboxId":"%s","port":8080}`, sb.SandboxID)},
 		{"signed /files, no such signature", "GET", "/files?path=a.txt&signature=v1_nope", nil, 401,
 			`{"code":401,"message":"invalid signature"}`},
