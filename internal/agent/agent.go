@@ -99,7 +99,7 @@ func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, 
 	case wire.MethodStat:
 		return call(params, func(p wire.PathParams) (any, error) { return s.stat(ctx, p) })
 	case wire.MethodList:
-		return call(params, func(p wire.ListParams) (any, error) { return s.list(ctx, p) })
+		return call(params, func(p wire.ListParams) (any, error) { return nil, s.list(ctx, st, p) })
 	case wire.MethodMkdir:
 		return call(params, func(p wire.PathParams) (any, error) { return s.mkdir(ctx, p) })
 	case wire.MethodMove:

@@ -19,12 +19,19 @@ func (s *Server) stat(ctx context.Context, p wire.PathParams) (any, error) {
 	return s.files.Stat(ctx, a.filesUser(), p.Path, files.Detail{XattrPrefix: p.XattrPrefix, Links: p.ResolveLinks})
 }
 
-func (s *Server) list(ctx context.Context, p wire.ListParams) (any, error) {
+// list sends a listing as events of wire.ListBatch entries.
+func (s *Server) list(ctx context.Context, st *channel.Stream, p wire.ListParams) error {
 	a, err := lookupAccount(p.User)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return s.files.List(ctx, a.filesUser(), p.Path, p.Depth, files.Detail{XattrPrefix: p.XattrPrefix, Links: p.ResolveLinks})
+	infos, err := s.files.List(ctx, a.filesUser(), p.Path, p.Depth, files.Detail{XattrPrefix: p.XattrPrefix, Links: p.ResolveLinks})
+	for err == nil && len(infos) > 0 {
+		n := min(len(infos), wire.ListBatch)
+		err = st.SendEvent(ctx, infos[:n])
+		infos = infos[n:]
+	}
+	return err
 }
 
 func (s *Server) mkdir(ctx context.Context, p wire.PathParams) (any, error) {

@@ -128,11 +128,13 @@ func TestFileOps(t *testing.T) {
 	must(os.Symlink("f.txt", filepath.Join(dir, "x/link")))
 
 	var list []api.FileInfo
-	must(h.conn.Invoke(ctx, wire.MethodList, wire.ListParams{Path: filepath.Join(dir, "x")}, &list))
+	list, err = h.list(wire.ListParams{Path: filepath.Join(dir, "x")})
+	must(err)
 	if names := infoNames(list); names != "f.txt link y" {
 		t.Errorf("list depth 1 = %s", names)
 	}
-	must(h.conn.Invoke(ctx, wire.MethodList, wire.ListParams{Path: filepath.Join(dir, "x"), Depth: 3}, &list))
+	list, err = h.list(wire.ListParams{Path: filepath.Join(dir, "x"), Depth: 3})
+	must(err)
 	if names := infoNames(list); names != "f.txt link y z" {
 		t.Errorf("list depth 3 = %s", names)
 	}

@@ -112,10 +112,55 @@ func (a *Agent) Stat(ctx context.Context, p wire.PathParams) (api.FileInfo, erro
 	return fi, a.invoke(ctx, wire.MethodStat, p, &fi)
 }
 
-// List lists a directory.
+// maxListEntries bounds a listing the host accepts (the agent stops at
+// 20,000 entries).
+const maxListEntries = 50000
+
+// List lists a directory; the agent sends the entries in batches.
 func (a *Agent) List(ctx context.Context, p wire.ListParams) ([]api.FileInfo, error) {
-	var fis []api.FileInfo
-	return fis, a.invoke(ctx, wire.MethodList, p, &fis)
+	fis := []api.FileInfo{}
+	var res []api.FileInfo // what an agent from before batching answers
+	err := a.frames(ctx, wire.MethodList, p, channel.FrameEvent, func(b []byte) error {
+		var batch []api.FileInfo
+		if err := json.Unmarshal(b, &batch); err != nil {
+			return fmt.Errorf("decoding agent listing: %w", err)
+		}
+		if len(fis)+len(batch) > maxListEntries {
+			return fmt.Errorf("agent listing of more than %d entries: %w", maxListEntries, errdefs.ErrResourceExhausted)
+		}
+		fis = append(fis, batch...)
+		return nil
+	}, &res)
+	if len(res) > 0 {
+		return res, err
+	}
+	return fis, err
+}
+
+// frames makes a call, passes the payload of every frame of type typ to
+// fn, and then decodes the call's result into result.
+func (a *Agent) frames(ctx context.Context, method string, params any, typ channel.FrameType, fn func([]byte) error, result any) error {
+	st, err := a.conn.Call(ctx, method, params)
+	if err != nil {
+		return agentError(err)
+	}
+	defer st.Close()
+	for {
+		f, err := st.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return agentError(err)
+		}
+		if f.Type != typ {
+			continue
+		}
+		if err := fn(f.Payload); err != nil {
+			return err
+		}
+	}
+	return agentError(st.Wait(ctx, result))
 }
 
 // Mkdir creates a directory and its parents.
@@ -138,27 +183,13 @@ func (a *Agent) Remove(ctx context.Context, p wire.PathParams) error {
 // ReadFile streams a file's contents to w.
 func (a *Agent) ReadFile(ctx context.Context, p wire.PathParams, w io.Writer) (api.FileInfo, error) {
 	var fi api.FileInfo
-	st, err := a.conn.Call(ctx, wire.MethodRead, p)
-	if err != nil {
-		return fi, agentError(err)
-	}
-	defer st.Close()
-	for {
-		f, err := st.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
+	err := a.frames(ctx, wire.MethodRead, p, channel.FrameData, func(b []byte) error {
+		if _, err := w.Write(b); err != nil {
+			return fmt.Errorf("writing file contents: %w", err)
 		}
-		if err != nil {
-			return fi, agentError(err)
-		}
-		if f.Type != channel.FrameData {
-			continue
-		}
-		if _, err := w.Write(f.Payload); err != nil {
-			return fi, fmt.Errorf("writing file contents: %w", err)
-		}
-	}
-	return fi, agentError(st.Wait(ctx, &fi))
+		return nil
+	}, &fi)
+	return fi, err
 }
 
 // WriteFile streams r into a file, creating its parents.

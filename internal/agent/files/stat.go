@@ -2,7 +2,6 @@ package files
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,13 +9,8 @@ import (
 	"github.com/kiln-sh/kiln/api"
 )
 
-const (
-	// maxListResult bounds a listing's encoded size: the result travels
-	// in one channel frame (channel.MaxPayload, 256 KiB).
-	maxListResult = 240 << 10
-	// maxListEntries stops a walk early, long before memory matters.
-	maxListEntries = 20000
-)
+// maxListEntries stops a walk early, long before memory matters.
+const maxListEntries = 20000
 
 // errTooMany stops a listing walk.
 var errTooMany = errors.New("too many entries")
@@ -118,9 +112,6 @@ func (s *Service) List(ctx context.Context, u User, path string, depth int, d De
 	}
 	if err != nil {
 		return nil, classify("listing", p, err)
-	}
-	if b, _ := json.Marshal(out); len(b) > maxListResult {
-		return nil, apiErrorf(api.CodeResourceExhausted, "listing %s: %d entries are too many for one reply; list with a smaller depth or a subdirectory", p, len(out))
 	}
 	return out, nil
 }

@@ -38,9 +38,10 @@ const (
 
 	// MethodStat returns api.FileInfo for PathParams.
 	MethodStat = "stat"
-	// MethodList returns []api.FileInfo for ListParams. The result
-	// travels in one frame: a listing too large for it fails with
-	// resource_exhausted (list a smaller depth or a subdirectory).
+	// MethodList lists for ListParams: the entries travel in order as
+	// events, each a []api.FileInfo of at most ListBatch entries, and the
+	// result is empty. (Agents before batching answered the whole
+	// []api.FileInfo as the result, which had to fit one frame.)
 	MethodList = "list"
 	// MethodMkdir creates a directory and its parents (PathParams), owned
 	// by the user. Result: api.FileInfo.
@@ -72,6 +73,9 @@ type IdentifyParams struct {
 	SandboxID string            `json:"sandbox_id"`
 	Env       map[string]string `json:"env,omitempty"`
 }
+
+// ListBatch is the most entries one MethodList event carries.
+const ListBatch = 512
 
 // Users a caller may name; anything else is rejected.
 const (

@@ -201,6 +201,16 @@ func TestFilesystem(t *testing.T) {
 			}
 		})
 	}
+	t.Run("listing larger than an agent frame", func(t *testing.T) {
+		e.sh(t, "", `mkdir -p ~/many && cd ~/many && for i in $(seq 1 2000); do : > "a-file-with-a-long-name-$i.txt"; done`)
+		res, err := e.filesystem("", nil).ListDir(ctxTimeout(t, time.Minute), connect.NewRequest(&filesystem.ListDirRequest{Path: "many"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(res.Msg.GetEntries()); n != 2000 {
+			t.Errorf("%d entries, want 2000", n)
+		}
+	})
 	t.Run("root may", func(t *testing.T) {
 		res, err := e.filesystem("root", nil).MakeDir(ctxTimeout(t, time.Minute), connect.NewRequest(&filesystem.MakeDirRequest{Path: "/etc/allowed"}))
 		if err != nil {
