@@ -101,7 +101,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		// The sandbox was killed or paused meanwhile: tear the connection
 		// down as E2B's proxy does; the SDK then finds it not running.
 		panic(http.ErrAbortHandler)
-	case !st.begun():
+	case st.claim():
 		if errors.Is(err, errdefs.ErrNotFound) && req.ContextID != "" {
 			http.Error(w, fmt.Sprintf("Context %s not found", req.ContextID), http.StatusNotFound)
 			return
@@ -124,18 +124,26 @@ type lineStream struct {
 
 	mu      sync.Mutex
 	started bool
+	stopped bool // no more lines: the handler is done with the response
 	last    time.Time
 	failed  error
-	done    chan struct{}
+
+	done   chan struct{} // closed by stop
+	exited chan struct{} // closed when the keepalive goroutine ends
 }
 
+// errStopped is line's error once the stream is stopped.
+var errStopped = errors.New("the response is finished")
+
 func newLineStream(w http.ResponseWriter) *lineStream {
-	s := &lineStream{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{})}
+	s := &lineStream{w: w, rc: http.NewResponseController(w), last: time.Now(),
+		done: make(chan struct{}), exited: make(chan struct{})}
 	go s.keepalive()
 	return s
 }
 
 func (s *lineStream) keepalive() {
+	defer close(s.exited)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -153,12 +161,26 @@ func (s *lineStream) keepalive() {
 	}
 }
 
-func (s *lineStream) stop() { close(s.done) }
+// stop ends the stream and waits for its keepalive goroutine, so that
+// nothing writes to the response after the handler returns.
+func (s *lineStream) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	close(s.done)
+	<-s.exited
+}
 
-func (s *lineStream) begun() bool {
+// claim stops the stream if it has not begun, handing the response to
+// the caller for a plain answer; it reports whether it did.
+func (s *lineStream) claim() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.started
+	if s.started {
+		return false
+	}
+	s.stopped = true
+	return true
 }
 
 // line writes one JSON line and flushes it.
@@ -169,6 +191,9 @@ func (s *lineStream) line(v any) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stopped {
+		return errStopped
+	}
 	if s.failed != nil {
 		return s.failed
 	}
