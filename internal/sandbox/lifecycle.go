@@ -35,7 +35,9 @@ func (m *Manager) admit(b *box, q Quota) error {
 	if q.MaxSandboxes > 0 || q.MaxMemoryBytes > 0 {
 		n, mem := 1, b.rec.Limits.MemoryBytes
 		for _, o := range m.boxes {
-			// rec.Owner and Limits never change after creation.
+			// rec.Owner and Limits never change while a box is live,
+			// and other fields are written one by one under o.mu, so
+			// these reads need only m.mu.
 			if o.rec.Owner == b.rec.Owner {
 				n++
 				mem += o.rec.Limits.MemoryBytes
@@ -81,7 +83,7 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		return Sandbox{}, fmt.Errorf("recording timeout: %w", err)
 	}
-	b.rec = rec
+	b.rec.Timeout, b.rec.ExpiresAt = rec.Timeout, rec.ExpiresAt // field by field: see admit
 	return rec, nil
 }
 

@@ -615,7 +615,9 @@ func (m *Manager) transition(ctx context.Context, b *box, to State, reason strin
 	if err := m.store.PutSandbox(sctx, rec); err != nil {
 		return fmt.Errorf("recording sandbox state %s: %w", to, err)
 	}
-	b.rec = rec
+	// Field by field: admit reads Owner and Limits of live boxes under
+	// m.mu alone (the soak's race detector caught a whole-record write).
+	b.rec.State, b.rec.Reason = rec.State, rec.Reason
 	return nil
 }
 
