@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func runChecks(t *testing.T, ns string, checks []check) {
 }
 
 func TestPolicy(t *testing.T) {
-	_, n := world(t)
+	w, n := world(t)
 	ctx := context.Background()
 	a := attach(t, n, network.Policy{Deny: []string{"denied.test", "203.0.113.0/24"}})
 	b := attach(t, n, network.Policy{})
@@ -126,6 +127,19 @@ func TestPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Close()
+	})
+	t.Run("outside cannot reach sandbox", func(t *testing.T) {
+		// Even with a route to the pool, the internet cannot open a
+		// connection to a sandbox's outer address.
+		if out, err := exec.Command("ip", "-n", w.Internet, "route", "add", network.DefaultPool.String(), "via", nettest.HostAddr.String()).CombinedOutput(); err != nil {
+			t.Fatalf("route: %v: %s", err, out)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if c, err := network.DialIn(dctx, w.Internet, "tcp4", netip.AddrPortFrom(bAddr, 8080).String()); err == nil {
+			c.Close()
+			t.Error("the internet opened a connection to a sandbox")
+		}
 	})
 	t.Run("changed live", func(t *testing.T) {
 		if _, err := n.SetPolicy(ctx, a, network.Policy{Egress: network.EgressDeny,
