@@ -3,7 +3,6 @@ package e2b
 import (
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -51,7 +50,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, c Caller) error {
 	}
 	out := make([]forkResult, len(forks))
 	for i, f := range forks {
-		if f, err = h.m.SetTimeout(r.Context(), f.ID, time.Duration(timeout)*time.Second); err != nil {
+		if f, err = h.m.SetTimeout(r.Context(), f.ID, seconds(timeout)); err != nil {
 			status, msg := h.problem(r, err)
 			out[i].Error = &errorBody{Code: status, Message: msg}
 			continue

@@ -117,7 +117,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	}
 	opts := sandbox.CreateOptions{
 		Template: kilnTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata,
-		Timeout: time.Duration(timeout) * time.Second, Owner: c.Owner, Quota: c.Quota,
+		Timeout: seconds(timeout), Owner: c.Owner, Quota: c.Quota,
 		Network: networkOptions(req.AllowInternetAccess, req.Network),
 	}
 	setAutoPause(&opts, req.AutoPause)
@@ -251,7 +251,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) e
 	if err != nil {
 		return err
 	}
-	if _, err := h.m.SetTimeout(r.Context(), sb.ID, time.Duration(*req.Timeout)*time.Second); err != nil {
+	if _, err := h.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
 		return fmt.Errorf("setting timeout: %w", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -280,9 +280,13 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, c Caller) erro
 	return nil
 }
 
-// extend makes sb live at least seconds from now.
-func (h *Handler) extend(ctx context.Context, sb sandbox.Sandbox, seconds int64) error {
-	d := time.Duration(seconds) * time.Second
+// seconds is n seconds, capped at E2B's int32 so that it cannot
+// overflow (the Manager refuses it as too long).
+func seconds(n int64) time.Duration { return time.Duration(min(n, math.MaxInt32)) * time.Second }
+
+// extend makes sb live at least n seconds from now.
+func (h *Handler) extend(ctx context.Context, sb sandbox.Sandbox, n int64) error {
+	d := seconds(n)
 	if !sb.ExpiresAt.IsZero() && time.Now().Add(d).Before(sb.ExpiresAt) {
 		return nil
 	}
