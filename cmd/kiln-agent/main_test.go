@@ -131,7 +131,9 @@ func TestVersion(t *testing.T) {
 func TestBinaryExec(t *testing.T) {
 	a := startAgent(t)
 	out, st := a.exec(t, wire.ExecParams{Cmd: "env; exit 5"})
-	if st.Code != 5 || strings.Contains(out, "KILN_") || !strings.Contains(out, "LANG=C.UTF-8") {
+	// Commands see their sandbox's id and no other KILN_ variable.
+	kiln := strings.Count(out, "KILN_")
+	if st.Code != 5 || kiln != 1 || !strings.Contains(out, "\nKILN_SANDBOX_ID=sbx-test\n") || !strings.Contains(out, "LANG=C.UTF-8") {
 		t.Errorf("env = %q, status %+v", out, st)
 	}
 	// The configured output limit applies.

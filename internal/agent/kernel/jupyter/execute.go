@@ -31,10 +31,11 @@ type executeRequest struct {
 }
 
 type executeReply struct {
-	Status         string `json:"status"`
-	ExecutionCount int    `json:"execution_count"`
-	EName          string `json:"ename"`
-	EValue         string `json:"evalue"`
+	Status         string   `json:"status"`
+	ExecutionCount int      `json:"execution_count"`
+	EName          string   `json:"ename"`
+	EValue         string   `json:"evalue"`
+	Traceback      []string `json:"traceback"`
 }
 
 type streamContent struct {
@@ -99,6 +100,8 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 		idle, replied  bool
 		stopErr        error // why the execution was interrupted
 		clientGone     bool
+		sawError       bool
+		replyErr       *api.Event // the reply's error, sent if no error message came
 		done           = ctx.Done()
 		resend, giveUp <-chan time.Time
 		stopTicker     func()
@@ -145,7 +148,11 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 				continue
 			}
 			ev, c, isIdle := translate(m)
+			if m.Header.MsgType == "execute_reply" {
+				replyErr = replyError(m)
+			}
 			if ev != nil {
+				sawError = sawError || ev.Type == api.EventExecutionError
 				send(*ev)
 			}
 			count = max(count, c)
@@ -167,7 +174,25 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 				in.language, interruptGrace, stopErr)
 		}
 	}
+	// iopub's idle comes after its error message, so by now any error
+	// message has arrived; ipykernel sometimes reports an error (an
+	// interrupt outside the cell's own handling) only in its reply.
+	if replyErr != nil && !sawError {
+		send(*replyErr)
+	}
 	return count, stopErr
+}
+
+// replyError is the error of an execute_reply whose status is error, for
+// the cases where ipykernel sends no error message (an interrupt that
+// lands outside the cell's own exception handling, for one).
+func replyError(m message) *api.Event {
+	var c executeReply
+	if json.Unmarshal(m.Content, &c) != nil || c.Status != "error" {
+		return nil
+	}
+	return &api.Event{Type: api.EventExecutionError, ExecutionError: &api.ExecutionError{
+		Name: c.EName, Value: c.EValue, Traceback: stripANSI(strings.Join(c.Traceback, "\n"))}}
 }
 
 // salvageStream recovers the text that survived of a cut stream message:
