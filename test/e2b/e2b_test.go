@@ -128,6 +128,9 @@ func runNode(t *testing.T, dir string, srv *servetest.Server) {
 	cmd := exec.CommandContext(ctx, "node", "../run.mjs")
 	cmd.Dir = dir
 	cmd.Env = sdkEnv(dir, srv)
+	// On timeout, end node's test-file processes too: they are its group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
