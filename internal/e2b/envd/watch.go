@@ -214,10 +214,12 @@ func (s filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Re
 	events, ended, werr := w.drain()
 	if ended && len(events) == 0 {
 		s.h.watchers.remove(t.sb.ID, id)
-		if werr == nil {
+		switch {
+		case werr == nil:
 			return nil, rpcErrorf(connect.CodeNotFound, "watcher %s ended: the watched directory is gone", id)
+		case sandboxGone(werr): // paused or restored since: the watch died with the agent's session
+			return nil, rpcErrorf(connect.CodeNotFound, "watcher %s ended: the sandbox was paused or its agent restarted", id)
 		}
-		abortIfGone(werr)
 		return nil, rpcError(werr)
 	}
 	return connect.NewResponse(&filesystem.GetWatcherEventsResponse{Events: events}), nil
