@@ -29,7 +29,7 @@ func TestCommands(t *testing.T) {
 			{"exit code", wire.ExecParams{Cmd: "echo oops >&2; exit 3"}, "", "oops\n", 3},
 			{"sandbox env", wire.ExecParams{Cmd: "echo $GREETING"}, "hello\n", "", 0},
 			{"command env", wire.ExecParams{Cmd: "echo $GREETING $X", Env: map[string]string{"X": "y", "GREETING": "hi"}}, "hi y\n", "", 0},
-			{"no kiln env", wire.ExecParams{Cmd: "env | grep -c ^KILN_ || true"}, "0\n", "", 0},
+			{"only its own id of kiln env", wire.ExecParams{Cmd: "env | grep ^KILN_ | sed s/=.*//"}, "KILN_SANDBOX_ID\n", "", 0},
 			{"default user and home", wire.ExecParams{Cmd: "id -u; pwd; echo $HOME"}, "1000\n/home/user\n/home/user\n", "", 0},
 			{"root", wire.ExecParams{Cmd: "id -u", User: wire.UserRoot}, "0\n", "", 0},
 			{"cwd", wire.ExecParams{Cmd: "pwd", Cwd: "/tmp"}, "/tmp\n", "", 0},
