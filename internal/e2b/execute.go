@@ -185,7 +185,7 @@ func (s *lineStream) claim() bool {
 
 // line writes one JSON line and flushes it.
 func (s *lineStream) line(v any) error {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding line: %w", err)
 	}

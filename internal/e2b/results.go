@@ -45,8 +45,8 @@ func (o object) MarshalJSON() ([]byte, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(f.key)
-		v, err := json.Marshal(f.value)
+		k, _ := marshal(f.key)
+		v, err := marshal(f.value)
 		if err != nil {
 			return nil, err
 		}
@@ -56,6 +56,18 @@ func (o object) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// marshal is json.Marshal without HTML escaping (E2B's lines carry
+// HTML as is) and without the trailing newline.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // resultLine is the "result" line of one rich output.
