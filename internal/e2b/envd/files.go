@@ -73,6 +73,10 @@ func (t *target) send(w http.ResponseWriter, r *http.Request, user string, fi ap
 	hd.Set("Content-Type", ctype)
 	hd.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": fi.Name}))
 	hd.Set("Last-Modified", fi.ModTime.UTC().Format(http.TimeFormat))
+	if r.Method == http.MethodHead { // the description only
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
 	out := &lazyWriter{w: w}
 	var dst io.Writer = out
 	var gz *gzip.Writer

@@ -249,6 +249,12 @@ func TestFilesUploadDownload(t *testing.T) {
 		{"directory", "?path=/home/user/up", false, 400, nil, `{"code":400,"message":"path '/home/user/up' is a directory"}`},
 	}
 	e.sh(t, "", "ln -s up/a.txt ~/alink && ln -s /nowhere ~/blink")
+	t.Run("HEAD", func(t *testing.T) {
+		res, b := e.do(t, "HEAD", "/files?path=raw.bin", map[string]string{"X-Access-Token": e.token}, nil)
+		if res.StatusCode != 200 || len(b) != 0 || res.Header.Get("Content-Disposition") != "inline; filename=raw.bin" {
+			t.Errorf("HEAD: %d, %d bytes, %v", res.StatusCode, len(b), res.Header)
+		}
+	})
 	for _, tt := range downloads {
 		t.Run("download "+tt.name, func(t *testing.T) {
 			hdr := map[string]string{"X-Access-Token": e.token, "Accept-Encoding": "identity"}
