@@ -61,6 +61,7 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 		return stream.Send(&process.StartResponse{Event: ev})
 	})
 	defer ps.stop()
+	ps.deadline = p.TimeoutMs > 0
 	st, err := t.agent.Exec(ctx, p, ps.emit)
 	if err != nil && !ps.started {
 		return startError(ctx, t, p, err)
@@ -329,6 +330,10 @@ type procStream struct {
 	send     func(*process.ProcessEvent) error
 	pty      bool
 	keepStop func()
+	// deadline: the process's timeout is the request's deadline, so its
+	// timeout kill ends the stream as deadline_exceeded (as envd's does,
+	// where the request context ends first), not with an end event.
+	deadline bool
 
 	mu      sync.Mutex
 	started bool
@@ -379,6 +384,9 @@ func (ps *procStream) emit(ev api.Event) error {
 			return nil
 		}
 		ps.ended = true
+		if ps.deadline && ev.Exit.Reason == api.ExitTimeout {
+			return deadlineError()
+		}
 		out = &process.ProcessEvent{Event: &process.ProcessEvent_End{End: endEvent(ev.Exit)}}
 	default:
 		return nil
@@ -407,6 +415,11 @@ func (ps *procStream) finish(ctx context.Context, st *api.ExitStatus, err error)
 		return ps.emit(api.Event{Type: api.EventExit, Exit: st})
 	}
 	return nil
+}
+
+// deadlineError ends a Start stream whose process its deadline killed.
+func deadlineError() error {
+	return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the request's deadline passed: the process was killed"))
 }
 
 // endEvent describes how a process ended the way Go's os.ProcessState

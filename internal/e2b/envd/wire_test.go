@@ -24,7 +24,7 @@ type frame struct {
 // rawStream posts one enveloped JSON message to a server-streaming RPC,
 // byte for byte as the JS SDK does, and returns the response and a
 // reader of its frames.
-func (e *env) rawStream(t *testing.T, ctx context.Context, procedure, msg string) (*http.Response, func() (frame, error)) {
+func (e *env) rawStream(t *testing.T, ctx context.Context, procedure, msg string, hdr ...string) (*http.Response, func() (frame, error)) {
 	t.Helper()
 	var body bytes.Buffer
 	body.WriteByte(0)
@@ -40,6 +40,9 @@ func (e *env) rawStream(t *testing.T, ctx context.Context, procedure, msg string
 		"Accept-Encoding": "gzip, deflate", "E2b-Sandbox-Port": "49983",
 	} {
 		req.Header.Set(k, v)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	res, err := (&http.Client{Transport: &http.Transport{DisableCompression: true}}).Do(req)
 	if err != nil {
@@ -112,6 +115,32 @@ func TestWire(t *testing.T) {
 		}
 		if !reflect.DeepEqual(frames[1:], want) {
 			t.Errorf("frames %+v\nwant %+v", frames[1:], want)
+		}
+	})
+
+	// The deadline kills the process and ends the stream as
+	// deadline_exceeded, with no end event, even for a client that does
+	// not time out by itself (the SDK's timer may fire late).
+	t.Run("deadline", func(t *testing.T) {
+		_, next := e.rawStream(t, ctx, "/process.Process/Start", `{"process":{"cmd":"/bin/bash","args":["-l","-c","sleep 600"]},"stdin":false}`,
+			"Connect-Timeout-Ms", "1500")
+		var frames []frame
+		for {
+			f, err := next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.body["event"] == nil || f.body["event"].(map[string]any)["keepalive"] == nil {
+				frames = append(frames, f)
+			}
+		}
+		last := frames[len(frames)-1]
+		code, _ := last.body["error"].(map[string]any)["code"].(string)
+		if len(frames) != 2 || frames[0].body["event"].(map[string]any)["start"] == nil || last.flags != 2 || code != "deadline_exceeded" {
+			t.Fatalf("frames %+v", frames)
 		}
 	})
 
