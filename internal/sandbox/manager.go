@@ -359,7 +359,8 @@ func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundl
 	}
 	files = append(files, logf)
 	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: logf}); err != nil {
-		return fmt.Errorf("creating container: %w", err)
+		// The runtime's own stderr is the container's: the agent log.
+		return fmt.Errorf("creating container: %w%s", err, agentLogTail(b.Dir))
 	}
 	if err := rt.Start(ctx, id.String()); err != nil {
 		return fmt.Errorf("starting container: %w", err)
