@@ -3,7 +3,4 @@
 // A value is a reason string (all SDKs) or { sdks: ['v1'], reason }.
 // test/e2b/run.mjs skips these unless E2B_RUN_KNOWN_FAILURES=1; shrink this
 // list as fixes land: it should be empty.
-export default {
-  'commands: timeoutMs ends a long command with TimeoutError':
-    'flaky under load: an expired Connect deadline ends the stream with an end event, not deadline_exceeded (findings 05:45, envd)',
-}
+export default {}
