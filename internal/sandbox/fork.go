@@ -45,7 +45,13 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 	if err != nil {
 		return nil, fmt.Errorf("creating fork dir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		} else {
+			m.removeLater(tmp) // its name keeps the prefix adopt cleans up
+		}
+	}()
 	src, ck, err := m.capture(ctx, b, tmp, "forked")
 	if err != nil {
 		return nil, err

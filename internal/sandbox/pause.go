@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -280,8 +281,28 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	}
 	b.conn = conn
 	go m.watch(b, conn)
-	_ = os.RemoveAll(img) // stale from now on
+	m.removeLater(img) // stale from now on
 	return nil
+}
+
+// removeLater removes a checkpoint image (or a dir holding one) in the
+// background: removing a large file takes about 0.8 s per GiB on these
+// hosts, which no resume or fork should wait for. The dir is renamed first,
+// so its path is free at once; a crash leaves the renamed dir where the
+// sandbox's destroy (or, for a fork's, adopt) removes it.
+func (m *Manager) removeLater(dir string) {
+	stale := dir + ".stale-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if err := os.Rename(dir, stale); err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		}
+		return
+	}
+	go func() {
+		if err := os.RemoveAll(stale); err != nil {
+			m.log.Warn("removing a stale checkpoint image", "dir", stale, "err", err)
+		}
+	}()
 }
 
 // statePids asks the runtime for a container's host processes (for

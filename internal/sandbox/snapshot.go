@@ -193,10 +193,9 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, owner, name string) error 
 	if err := m.store.DeleteSnapshot(ctx, snap.ID); err != nil {
 		return fmt.Errorf("deleting snapshot record: %w", err)
 	}
-	if err := os.RemoveAll(filepath.Join(m.snapshotDir(), snap.ID)); err != nil {
-		// The record is gone; the next start's GC removes the files.
-		m.log.Error("removing snapshot files", "snapshot_id", snap.ID, "err", err)
-	}
+	// The record is gone: if kiln serve stops before the files are, the
+	// next start's GC removes them.
+	m.removeLater(filepath.Join(m.snapshotDir(), snap.ID))
 	m.log.Info("snapshot deleted", "snapshot", name, "snapshot_id", snap.ID, "bytes", snap.SizeBytes)
 	return nil
 }
