@@ -40,7 +40,7 @@ test: setup
 
 ## fuzz: each fuzz target for FUZZTIME (crashers land in the package's
 ## testdata/fuzz: commit them with the fix)
-FUZZTIME ?= 6s
+FUZZTIME ?= 5s
 FUZZ_TARGETS := \
 	./internal/server:FuzzCreateSandboxBody ./internal/server:FuzzCommandBody ./internal/server:FuzzQuery \
 	./internal/agent/channel:FuzzFrameReader ./internal/agent/channel:FuzzAgentInput \
