@@ -129,6 +129,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	var mu sync.Mutex
 	var acked []string
+	ackedFiles := map[string]bool{} // sandboxes whose chaos.txt upload was acknowledged
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
@@ -141,6 +142,12 @@ func TestServeSurvivesKill9(t *testing.T) {
 				mu.Lock()
 				acked = append(acked, sb.ID)
 				mu.Unlock()
+				// An acknowledged upload must survive the crash with its sandbox.
+				if _, err := c.WriteFile(cctx, sb.ID, "chaos.txt", strings.NewReader(sb.ID)); err == nil {
+					mu.Lock()
+					ackedFiles[sb.ID] = true
+					mu.Unlock()
+				}
 				c.Run(cctx, sb.ID, api.CommandRequest{Cmd: "echo hi; sleep 0.2; echo bye"}, client.RunOptions{})
 			}
 		})
@@ -150,7 +157,7 @@ func TestServeSurvivesKill9(t *testing.T) {
 	srv.Wait()
 	cancel()
 	wg.Wait()
-	t.Logf("killed the server with %d sandboxes acknowledged during the chaos", len(acked))
+	t.Logf("killed the server with %d sandboxes and %d uploads acknowledged during the chaos", len(acked), len(ackedFiles))
 
 	srv, _ = startServe(t, kiln, dataDir, addr)
 	defer func() {
@@ -186,6 +193,12 @@ func TestServeSurvivesKill9(t *testing.T) {
 			r, err := c.Output(ctx, id, api.CommandRequest{Cmd: "echo ok"})
 			if err != nil || r.Stdout != "ok\n" {
 				t.Errorf("re-adopted sandbox %s unusable: %+v, %v", id, r, err)
+			}
+			if ackedFiles[id] {
+				var got bytes.Buffer
+				if _, err := c.ReadFile(ctx, id, "chaos.txt", &got); err != nil || got.String() != id {
+					t.Errorf("acknowledged upload in %s lost across the crash: %q, %v", id, got.String(), err)
+				}
 			}
 			live[id] = true
 		case "failed":
