@@ -254,7 +254,13 @@ func (c *CLI) run(ctx context.Context, id string, args ...string) ([]byte, error
 	cmd := exec.CommandContext(ctx, c.binary, c.args(args...)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second // never hang on a pipe a stray child holds
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// The command succeeded; only a child it left (runsc start's
+		// sandbox, under load) still held its pipes when WaitDelay ran out.
+		err = nil
+	}
+	if err != nil {
 		msg := shorten(strings.TrimSpace(stderr.String()))
 		if isNotExist(msg) {
 			err = errors.Join(err, errdefs.ErrNotFound)
