@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -59,9 +60,18 @@ func assertGone(t *testing.T, dir string) {
 	if bytes.Contains(mi, []byte(dir)) {
 		t.Errorf("mount under %s left in mountinfo", dir)
 	}
-	out, err := exec.Command("losetup", "-a").CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup -a: %v: %s", err, out)
+	// A mount namespace another process (a sandbox, ip netns) copied
+	// while the layer was mounted keeps the loop device until it is
+	// released; the device clears itself (autoclear) then. Wait for that.
+	var out []byte
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		out, err = exec.Command("losetup", "-a").CombinedOutput()
+		if err != nil {
+			t.Fatalf("losetup -a: %v: %s", err, out)
+		}
+		if !strings.Contains(string(out), dir) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if strings.Contains(string(out), dir) {
 		t.Errorf("loop device left for %s: %s", dir, out)
