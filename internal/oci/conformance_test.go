@@ -128,6 +128,23 @@ func (s *sandbox) waitStatus(t *testing.T, want string) {
 	}
 }
 
+// waitDead waits until the container has stopped or its runtime no
+// longer knows it (a crashed runsc sandbox may take its state with it).
+func (s *sandbox) waitDead(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := s.rt.State(context.Background(), s.id)
+		if (err == nil && st.Status == oci.StatusStopped) || errors.Is(err, errdefs.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for the container to die: state %+v, %v", st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func forEachRuntime(t *testing.T, f func(t *testing.T, rt *oci.CLI)) {
 	for _, rt := range runtimes() {
 		t.Run(rt.Name(), func(t *testing.T) {
@@ -319,7 +336,7 @@ func TestPidsLimit(t *testing.T) {
 	forEachRuntime(t, func(t *testing.T, rt *oci.CLI) {
 		s := start(t, rt, []string{"/usr/bin/python3", "-c", forkBomb}, nil)
 		if rt.Name() == "runsc" {
-			s.waitStatus(t, oci.StatusStopped)
+			s.waitDead(t)
 		} else {
 			got := s.readLine(t, 30*time.Second)
 			var n, errno int
