@@ -239,6 +239,8 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 		return Sandbox{}, fmt.Errorf("snapshot %q runs on %s, not %s: %w", name, snap.Runtime, opts.Runtime, errdefs.ErrInvalidArgument)
 	case opts.Limits != (Limits{}) && opts.Limits != snap.Limits:
 		return Sandbox{}, fmt.Errorf("a sandbox made from snapshot %q has its limits; leave limits unset: %w", name, errdefs.ErrInvalidArgument)
+	case networkRequested(opts.Network):
+		return Sandbox{}, fmt.Errorf("a sandbox made from snapshot %q has the snapshot's network; leave network unset and change its policy once it runs: %w", name, errdefs.ErrInvalidArgument)
 	}
 	timeout, err := m.checkRequest(opts)
 	if err != nil {
@@ -292,6 +294,16 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 	defer b.mu.Unlock()
 	m.log.Info("sandbox created from snapshot", "sandbox_id", rec.ID, "snapshot", name, "took", time.Since(t0))
 	return b.rec, nil
+}
+
+// networkRequested reports whether a create asks for any network setting.
+func networkRequested(n *NetworkOptions) bool {
+	if n == nil {
+		return false
+	}
+	p := n.Policy
+	return n.Mode != "" || n.Public || p.Egress != "" || len(p.Allow) > 0 || len(p.Deny) > 0 ||
+		p.BandwidthBytes != 0 || p.MaxConnections != 0
 }
 
 // classified reports whether err carries one of the errdefs classes.

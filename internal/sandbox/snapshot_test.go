@@ -188,6 +188,7 @@ func TestSnapshotRefusals(t *testing.T) {
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_b"}, errdefs.ErrNotFound},
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Template: "other"}, errdefs.ErrInvalidArgument},
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Runtime: "runc"}, errdefs.ErrInvalidArgument},
+		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT}}, errdefs.ErrInvalidArgument},
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Limits: sandbox.Limits{MemoryBytes: 1 << 30}}, errdefs.ErrInvalidArgument},
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Env: map[string]string{"KILN_X": "1"}}, errdefs.ErrInvalidArgument},
 		{sandbox.CreateOptions{Snapshot: "s1", Owner: "key_a", Quota: sandbox.Quota{MaxSandboxes: 1}}, errdefs.ErrResourceExhausted},
