@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/servetest"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -37,7 +38,7 @@ func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			logs, _ := os.ReadFile(logf.Name())
-			t.Logf("kiln serve log:\n%s", grepErrors(logs))
+			t.Logf("kiln serve log:\n%s", servetest.GrepErrors(logs))
 		}
 	})
 	if err := cmd.Start(); err != nil {
@@ -248,15 +249,4 @@ func tail(s string) string {
 		return s[len(s)-200:]
 	}
 	return s
-}
-
-// grepErrors keeps the warning and error lines of a JSON log.
-func grepErrors(logs []byte) string {
-	var out []string
-	for _, l := range strings.Split(string(logs), "\n") {
-		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

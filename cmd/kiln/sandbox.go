@@ -79,7 +79,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
 		"pause": r.sandboxPause, "resume": r.sandboxResume, "fork": r.sandboxFork,
 		"snapshot": r.sandboxSnapshot,
-		"network": r.sandboxNetwork,
+		"network":  r.sandboxNetwork,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }

@@ -60,7 +60,7 @@ func Snapshots(ctx context.Context, m *sandbox.Manager, o SnapshotOptions, progr
 }
 
 func snapshotSize(ctx context.Context, m *sandbox.Manager, ws int64, o SnapshotOptions) (_ *SnapshotSize, err error) {
-	s := &SnapshotSize{WorkingSet: ws, MemoryLimit: (ws+ws/4+256<<20)>>20<<20}
+	s := &SnapshotSize{WorkingSet: ws, MemoryLimit: (ws + ws/4 + 256<<20) >> 20 << 20}
 	sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "base", Runtime: "runsc", Timeout: time.Hour,
 		Limits: sandbox.Limits{MemoryBytes: s.MemoryLimit}})
 	if err != nil {

@@ -17,8 +17,8 @@ func snapshot(id, owner, name string, created time.Time) sandbox.Snapshot {
 		ID: id, Name: name, Owner: owner, Source: "srcbox000000001", Template: "code-interpreter", Runtime: "runsc",
 		Limits: sandbox.Limits{CPUs: 0.5, MemoryBytes: 256 << 20, DiskBytes: 1 << 30, Pids: 512},
 		User:   "user", Workdir: "/home/user",
-		Env:      map[string]string{"A": "1", "UNI": "ü→✓"},
-		Metadata: map[string]string{"job": "x y"},
+		Env:       map[string]string{"A": "1", "UNI": "ü→✓"},
+		Metadata:  map[string]string{"job": "x y"},
 		SizeBytes: 123<<20 + 7, Node: "host-1", CreatedAt: created,
 	}
 }
@@ -61,7 +61,7 @@ func testSnapshotNames(t *testing.T, s store.Backend) {
 		}
 	}
 	for _, dup := range []sandbox.Snapshot{
-		snapshot("snapnamea00002", "key_a", "same", base), // name taken for this owner
+		snapshot("snapnamea00002", "key_a", "same", base),  // name taken for this owner
 		snapshot("snapnamea00001", "key_c", "other", base), // id taken
 	} {
 		if err := s.PutSnapshot(ctx(t), dup); !errors.Is(err, errdefs.ErrAlreadyExists) {
