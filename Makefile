@@ -34,6 +34,8 @@ run: setup
 ## test: set up, then run the whole test suite (root-only tests need root)
 ## and every fuzz target for a bounded time
 test: setup
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
