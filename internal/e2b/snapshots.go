@@ -108,6 +108,8 @@ func (h *Handler) fromSnapshot(ctx context.Context, opts *sandbox.CreateOptions,
 		return
 	}
 	if _, err := h.m.GetSnapshot(ctx, opts.Owner, name); err == nil {
-		opts.Snapshot, opts.Template = name, ""
+		// The snapshot fixes template and network; the SDKs send
+		// allowInternetAccess on every create, so it is not a request.
+		opts.Snapshot, opts.Template, opts.Network = name, "", nil
 	}
 }
