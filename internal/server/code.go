@@ -199,20 +199,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.agent(r)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), agentCallTimeout)
-	defer cancel()
-	cs, err := a.Contexts(ctx)
-	if err != nil {
-		return fmt.Errorf("listing contexts: %w", err)
-	}
-	if cs == nil {
-		cs = []api.Context{}
-	}
-	return writeJSON(w, http.StatusOK, cs)
+	return listFromAgent(s, w, r, "contexts", (*sandbox.Agent).Contexts)
 }
 
 func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) error {

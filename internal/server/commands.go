@@ -226,20 +226,26 @@ func (s *Server) runAggregated(w http.ResponseWriter, r *http.Request, a *sandbo
 }
 
 func (s *Server) listCommands(w http.ResponseWriter, r *http.Request) error {
+	return listFromAgent(s, w, r, "commands", (*sandbox.Agent).Processes)
+}
+
+// listFromAgent answers a GET with what one agent call lists; never null.
+func listFromAgent[T any](s *Server, w http.ResponseWriter, r *http.Request, what string,
+	list func(*sandbox.Agent, context.Context) ([]T, error)) error {
 	a, err := s.agent(r)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), agentCallTimeout)
 	defer cancel()
-	ps, err := a.Processes(ctx)
+	items, err := list(a, ctx)
 	if err != nil {
-		return fmt.Errorf("listing commands: %w", err)
+		return fmt.Errorf("listing %s: %w", what, err)
 	}
-	if ps == nil {
-		ps = []api.ProcessInfo{}
+	if items == nil {
+		items = []T{}
 	}
-	return writeJSON(w, http.StatusOK, ps)
+	return writeJSON(w, http.StatusOK, items)
 }
 
 // commandEvents re-attaches to a command: events after ?after_seq, then
