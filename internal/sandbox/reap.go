@@ -99,7 +99,9 @@ func sandboxPids(id ID, dir string) []int {
 }
 
 // reap waits up to timeout for pids to exit, reaping the ones that are our
-// children. Pids that are not our children are left to their parents.
+// children. Pids that are not our children are left to their parents to
+// reap, but still waited for until they are zombies: a process drops its
+// mounts as it exits, and the caller unmounts next.
 func reap(pids []int, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
 	for len(pids) > 0 && time.Now().Before(deadline) {
@@ -107,8 +109,11 @@ func reap(pids []int, timeout time.Duration) {
 		for _, pid := range pids {
 			var ws unix.WaitStatus
 			n, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-			if n == 0 && err == nil {
+			switch {
+			case n == 0 && err == nil:
 				left = append(left, pid) // our child, still running
+			case errors.Is(err, unix.ECHILD) && running(pid):
+				left = append(left, pid) // not ours, still running
 			}
 		}
 		pids = left
@@ -116,6 +121,18 @@ func reap(pids []int, timeout time.Duration) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
+}
+
+// running reports whether pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command, which is in parentheses and may hold
+	// any byte.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // deleteContainer kills a sandbox's container, reaps its processes and

@@ -154,6 +154,21 @@ func countState(t *testing.T, m *sandbox.Manager, cfg sandbox.Config) string {
 	return fmt.Sprintf("live %d, records %d, dirs %d, loops %d", len(m.Live()), len(recs), len(ents), bytes.Count(out, []byte(cfg.StateDir)))
 }
 
+// settledState is countState once it equals want, or after 10 s: the kernel
+// clears an autoclear loop device only when the last holder of its mount
+// (a killed runsc process, a lazy unmount) lets go.
+func settledState(t *testing.T, m *sandbox.Manager, cfg sandbox.Config, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := countState(t, m, cfg)
+		if got == want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // Snapshots that cannot be taken or used are refused with a clear error,
 // leave nothing behind, and leave the source running.
 func TestSnapshotRefusals(t *testing.T) {
@@ -197,7 +212,7 @@ func TestSnapshotRefusals(t *testing.T) {
 			t.Errorf("create %+v: %v, want %v", bad.opts, err, bad.want)
 		}
 	}
-	if got := countState(t, m, cfg); got != before {
+	if got := settledState(t, m, cfg, before); got != before {
 		t.Errorf("refusals left state: %s, was %s", got, before)
 	}
 
@@ -271,7 +286,7 @@ func TestSnapshotDamaged(t *testing.T) {
 			t.Logf("create from %s snapshot: %v", s.Name, err)
 		}
 	}
-	if got := countState(t, m, cfg); got != before {
+	if got := settledState(t, m, cfg, before); got != before {
 		t.Errorf("failed creates left state: %s, was %s", got, before)
 	}
 	if r := src.sh("echo ok"); r.stdout != "ok\n" {
