@@ -249,6 +249,8 @@ func TestControlPlane(t *testing.T) {
 			t.Errorf("lifecycle %+v, want onTimeout pause with autoResume", d.Lifecycle)
 		}
 		h.api("POST", "/sandboxes/"+sb.SandboxID+"/pause", h.b, nil, http.StatusNoContent, nil)
+		// autoResume is in the sandbox's record: a new server knows it.
+		h.ts = h.serve()
 		status, _, b := h.call("GET", "/health", nil, "E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", "49999")
 		h.api("GET", "/sandboxes/"+sb.SandboxID, h.b, nil, http.StatusOK, &d)
 		if status != 200 || d.State != "running" {

@@ -57,13 +57,11 @@ type Handler struct {
 	control *http.ServeMux
 	jupyter *http.ServeMux
 	usage   *cpuSampler
-	// autoResume: sandboxes a data-plane request resumes; dying:
-	// sandboxes being killed, whose data plane answers 502 at once rather
-	// than wait for the kill.
-	autoResume autoResumes
-	dying      sync.Map // sandbox.ID → struct{}
-	problem    func(r *http.Request, err error) (int, string)
-	annotate   func(r *http.Request, sandboxID string)
+	// dying: sandboxes being killed, whose data plane answers 502 at
+	// once rather than wait for the kill.
+	dying    sync.Map // sandbox.ID → struct{}
+	problem  func(r *http.Request, err error) (int, string)
+	annotate func(r *http.Request, sandboxID string)
 }
 
 // New returns a Handler.

@@ -49,6 +49,9 @@ type harness struct {
 	secret []byte
 	a, b   string // API keys of two tenants
 	one    string // a tenant that may have one sandbox at a time
+	// serve starts another server on the same Manager, store and keys,
+	// as a restarted kiln serve (with nothing kept in memory) would be.
+	serve func() *httptest.Server
 }
 
 // newHarness starts a server; it skips (or fails under CI) without root
@@ -83,15 +86,19 @@ func newHarness(t testing.TB, templates ...string) *harness {
 		}
 		*k = s
 	}
-	srv := server.New(server.Options{
-		Manager: m, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
-		Config: cfg.Config, Version: "test", E2B: &e2b.Options{Secret: secret},
-	})
-	h.ts = httptest.NewServer(srv)
-	t.Cleanup(func() { // before the Manager's cleanup kills the sandboxes
-		h.ts.CloseClientConnections()
-		h.ts.Close()
-	})
+	h.serve = func() *httptest.Server {
+		srv := server.New(server.Options{
+			Manager: m, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
+			Config: cfg.Config, Version: "test", E2B: &e2b.Options{Secret: secret},
+		})
+		ts := httptest.NewServer(srv)
+		t.Cleanup(func() { // before the Manager's cleanup kills the sandboxes
+			ts.CloseClientConnections()
+			ts.Close()
+		})
+		return ts
+	}
+	h.ts = h.serve()
 	return h
 }
 

@@ -120,7 +120,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 		Timeout: seconds(timeout), Owner: c.Owner, Quota: c.Quota,
 		Network: networkOptions(req.AllowInternetAccess, req.Network),
 	}
-	setAutoPause(&opts, req.AutoPause)
+	setLifecycle(&opts, req.AutoPause, req.AutoResume != nil && req.AutoResume.Enabled)
 	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
 	err := errdefs.ErrNotFound
@@ -137,9 +137,6 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 		return fmt.Errorf("creating sandbox: %w", err)
 	}
 	h.annotate(r, sb.ID.String())
-	if req.AutoResume != nil && req.AutoResume.Enabled {
-		h.autoResume.add(h.m, sb.ID)
-	}
 	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb, req.TemplateID))
 	return nil
 }
@@ -190,7 +187,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c Caller) error {
 	}
 	writeJSON(w, http.StatusOK, sandboxDetail{
 		listedSandbox: listed(sb), EnvdAccessToken: h.token(sb.ID), Domain: h.domain(),
-		Lifecycle: lifecycle{OnTimeout: onTimeout(sb), AutoResume: h.autoResume.has(sb.ID)},
+		Lifecycle: lifecycle{OnTimeout: onTimeout(sb), AutoResume: sb.AutoResume},
 	})
 	return nil
 }
@@ -226,7 +223,6 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c Caller) error {
 	}
 	h.dying.Store(sb.ID, struct{}{})
 	defer h.dying.Delete(sb.ID)
-	defer h.autoResume.remove(sb.ID)
 	if err := h.m.Kill(r.Context(), sb.ID); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("sandbox \"%s\" not found: %w", sb.ID, errdefs.ErrNotFound)

@@ -26,7 +26,7 @@ func waitState(t *testing.T, m *sandbox.Manager, id sandbox.ID, want sandbox.Sta
 }
 
 // A sandbox with AutoPause is paused, not killed, when its timeout
-// expires; the next use wakes it (once, however many callers) with its
+// expires; with AutoResume the next use wakes it (once, however many callers) with its
 // memory, processes and files, and its timeout starts over. It survives a
 // restart of kiln serve while auto-paused.
 func TestAutoPause(t *testing.T) {
@@ -34,8 +34,8 @@ func TestAutoPause(t *testing.T) {
 		cfg := testConfig(t)
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
-		e := create(t, m1, sandbox.CreateOptions{Runtime: rt, AutoPause: true, Timeout: 2 * time.Second})
-		if !e.sb.AutoPause || e.sb.Timeout != 2*time.Second {
+		e := create(t, m1, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoResume: true, Timeout: 2 * time.Second})
+		if !e.sb.AutoPause || !e.sb.AutoResume || e.sb.Timeout != 2*time.Second {
 			t.Errorf("record: %+v", e.sb)
 		}
 		e.sh("echo kept > /home/user/state.txt")
@@ -94,6 +94,10 @@ func TestPausedLifetime(t *testing.T) {
 	}
 	if got := sb.ExpiresAt.Sub(sb.PausedAt); got != 2*time.Second {
 		t.Errorf("paused sandbox expires %v after its pause", got)
+	}
+	// Without AutoResume, a use does not wake it.
+	if sb, err := m.Wake(context.Background(), e.sb.ID); err != nil || sb.State != sandbox.StatePaused {
+		t.Errorf("wake of a sandbox without auto-resume: %s %v", sb.State, err)
 	}
 	sb = waitState(t, m, e.sb.ID, sandbox.StateStopped, 20*time.Second)
 	if sb.Reason != "paused for longer than 2s" {

@@ -215,6 +215,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
 		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
+		AutoResume: opts.AutoResume,
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
 	if netOpts == nil && !opts.Cold { // pooled sandboxes have no network

@@ -176,7 +176,7 @@ func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
 	return m.resumeLocked(ctx, b)
 }
 
-// Wake resumes a paused sandbox that has AutoPause, as any use of it
+// Wake resumes a paused sandbox that has AutoResume, as any use of it
 // does; other sandboxes are returned as they are. Concurrent callers wait
 // for one resume.
 func (m *Manager) Wake(ctx context.Context, id ID) (Sandbox, error) {
@@ -186,7 +186,7 @@ func (m *Manager) Wake(ctx context.Context, id ID) (Sandbox, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.rec.State != StatePaused || !b.rec.AutoPause {
+	if b.rec.State != StatePaused || !b.rec.AutoResume {
 		return b.rec, nil
 	}
 	return m.resumeLocked(ctx, b)

@@ -38,8 +38,11 @@ type Sandbox struct {
 	CreatedAt time.Time         `json:"created_at"`
 	ExpiresAt time.Time         `json:"expires_at,omitzero"` // zero: never
 	// AutoPause pauses the sandbox instead of killing it when its time is
-	// up; using it again resumes it.
+	// up.
 	AutoPause bool `json:"auto_pause,omitempty"`
+	// AutoResume makes the next use of the sandbox while it is paused
+	// resume it (see Manager.Wake).
+	AutoResume bool `json:"auto_resume,omitempty"`
 	// Timeout is the lifetime that create, SetTimeout and resume give it
 	// (0: the server's default).
 	Timeout time.Duration `json:"timeout,omitempty"`
@@ -61,9 +64,11 @@ type CreateOptions struct {
 	Owner   string // API key id, "" for local use
 	Quota   Quota  // the owner's limits across its live sandboxes
 	// AutoPause pauses the sandbox instead of killing it when its timeout
-	// expires (runsc: checkpoint; runc: freeze); a resume (explicit, or
-	// any data-plane call through the API) brings it back.
+	// expires (runsc: checkpoint; runc: freeze); a resume brings it back.
 	AutoPause bool
+	// AutoResume lets any use of the paused sandbox (a data-plane call
+	// through an API) resume it.
+	AutoResume bool
 	// Snapshot names the owner's snapshot to make the sandbox from (see
 	// Manager.Snapshot); it fixes template, runtime and limits, and Env
 	// is laid over the snapshot's.

@@ -270,7 +270,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 		ID: NewID(), Template: snap.Template, Runtime: snap.Runtime, State: StateCreating,
 		Limits: snap.Limits, User: snap.User, Workdir: snap.Workdir, Env: env, Metadata: meta,
 		Owner: opts.Owner, Node: m.cfg.Node, CreatedAt: now, ExpiresAt: now.Add(timeout),
-		Timeout: timeout, AutoPause: opts.AutoPause,
+		Timeout: timeout, AutoPause: opts.AutoPause, AutoResume: opts.AutoResume,
 	}
 	m.snapMu.RLock()
 	defer m.snapMu.RUnlock()

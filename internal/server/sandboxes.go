@@ -68,7 +68,8 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 		Env:    req.Env, Metadata: req.Metadata,
 		Timeout: time.Duration(req.Timeout) * time.Second,
 		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause, Snapshot: req.Snapshot,
-		Network: createNetwork(req.Network),
+		AutoResume: req.AutoPause, // native auto_pause resumes on use
+		Network:    createNetwork(req.Network),
 	}, nil
 }
 
@@ -232,7 +233,7 @@ func (s *Server) agent(r *http.Request) (*sandbox.Agent, error) {
 // sandbox that paused itself at its timeout (auto_pause) resumes it.
 func (s *Server) agentFor(r *http.Request) (*sandbox.Agent, sandbox.Sandbox, error) {
 	sb, err := s.lookup(r)
-	if err == nil && sb.State == sandbox.StatePaused && sb.AutoPause {
+	if err == nil && sb.State == sandbox.StatePaused && sb.AutoResume {
 		if sb, err = s.m.Wake(r.Context(), sb.ID); err != nil {
 			err = fmt.Errorf("resuming auto-paused sandbox: %w", err)
 		}

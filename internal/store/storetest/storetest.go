@@ -121,13 +121,14 @@ func testSandboxRoundTrip(t *testing.T, s store.Backend) {
 		Owner:    "key_0123456789ab", Node: "host-1",
 		CreatedAt: base,
 		ExpiresAt: base.Add(90*time.Minute + 123456789*time.Nanosecond),
-		AutoPause: true, Timeout: 5*time.Minute + 1500*time.Microsecond,
+		AutoPause: true, AutoResume: true, Timeout: 5*time.Minute + 1500*time.Microsecond,
 		PausedAt: base.Add(time.Hour + 987654321*time.Nanosecond),
 	}
 	local := full
 	local.ID = "rtlocal000001"
 	local.CreatedAt = base.In(time.FixedZone("UTC+5:30", 5*3600+1800))
 	local.ExpiresAt = time.Time{}
+	local.AutoPause = false // the two flags are separate columns
 	bare := sandbox.Sandbox{ID: "rtbare0000001", State: sandbox.StateCreating, CreatedAt: base}
 	emptyMaps := record("rtempty000001", base)
 	emptyMaps.Env, emptyMaps.Metadata = map[string]string{}, map[string]string{}
