@@ -6,6 +6,7 @@
 // Layout under dir:
 //
 //	disk.img         sparse ext4 image
+//	lower            the path of the lower dir (for Remount)
 //	layer/           its mount point (upper/, work/)
 //	rootfs/          the overlay mount, the sandbox's root filesystem
 package rootfs
@@ -27,6 +28,7 @@ import (
 
 const (
 	imageName  = "disk.img"
+	lowerName  = "lower"
 	layerName  = "layer"
 	rootfsName = "rootfs"
 
@@ -81,34 +83,78 @@ func mountLayer(ctx context.Context, lower, dir string, fresh bool, makeImg func
 		}
 	}()
 
-	image := filepath.Join(dir, imageName)
-	if err := makeImg(image); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, lowerName), []byte(lower), 0o600); err != nil {
+		return nil, fmt.Errorf("recording lower dir: %w", err)
+	}
+	if err := makeImg(filepath.Join(dir, imageName)); err != nil {
 		return nil, err
 	}
-	layer := filepath.Join(dir, layerName)
-	if err := mountImage(image, layer); err != nil {
+	if err := mountParts(lower, dir, fresh); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("mounting layer: %w", err)
+	}
+	return &Layer{dir: dir}, nil
+}
+
+// mountParts loop-mounts dir's image on its layer dir and mounts the
+// overlay over lower on its rootfs dir, making the mount points if they
+// are missing. A fresh image gets new upper and work dirs.
+func mountParts(lower, dir string, fresh bool) error {
+	layer := filepath.Join(dir, layerName)
+	if err := mountImage(filepath.Join(dir, imageName), layer); err != nil {
+		return err
 	}
 	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
 	for _, d := range []string{upper, work} {
 		if fresh {
 			if err := os.Mkdir(d, 0o755); err != nil {
-				return nil, fmt.Errorf("creating %s: %w", filepath.Base(d), err)
+				return fmt.Errorf("creating %s: %w", filepath.Base(d), err)
 			}
 		} else if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("layer image has no %s dir: %w", filepath.Base(d), errdefs.ErrInvalidArgument)
+			return fmt.Errorf("layer image has no %s dir: %w", filepath.Base(d), errdefs.ErrInvalidArgument)
 		}
 	}
 	root := filepath.Join(dir, rootfsName)
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return nil, fmt.Errorf("creating rootfs dir: %w", err)
+	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating rootfs dir: %w", err)
 	}
 	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
 	if err := unix.Mount("overlay", root, "overlay", 0, opts); err != nil {
-		return nil, fmt.Errorf("mounting overlay: %w", err)
+		return fmt.Errorf("mounting overlay: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("mounting layer: %w", err)
+	return nil
+}
+
+// Remount mounts the layer under dir again, as Mount or MountImage made
+// it, after its mounts were lost while its files were kept (a reboot of
+// the host). The lower dir must still be where it was. On failure the
+// mounts it made are undone; the files stay.
+func Remount(dir string) (_ *Layer, err error) {
+	dir, err = filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving dir: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, lowerName))
+	if err != nil {
+		return nil, fmt.Errorf("reading the layer's lower dir: %w", err)
+	}
+	lower := string(b)
+	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("the layer's lower dir %s is gone: %w", lower, errdefs.ErrFailedPrecondition)
+	}
+	if left, err := mountsUnder(dir); err != nil {
+		return nil, err
+	} else if len(left) > 0 {
+		return nil, fmt.Errorf("layer %s is still mounted: %w", dir, errdefs.ErrFailedPrecondition)
+	}
+	if err := mountParts(lower, dir, false); err != nil {
+		mounts, _ := mountsUnder(dir)
+		for _, m := range mounts { // deepest first
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+		return nil, err
 	}
 	return &Layer{dir: dir}, nil
 }
@@ -137,7 +183,7 @@ func makeImage(ctx context.Context, image string, size int64) error {
 }
 
 func mountImage(image, target string) error {
-	if err := os.Mkdir(target, 0o755); err != nil {
+	if err := os.Mkdir(target, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("creating layer mount point: %w", err)
 	}
 	dev, err := attachLoop(image)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/rootfs"
 )
 
 // checkpointDir is the checkpoint image of a paused sandbox, in its state
@@ -121,10 +122,11 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	if err := ck.Checkpoint(ctx, id, img, true); err != nil {
 		return undo(fmt.Errorf("checkpointing sandbox: %w", err))
 	}
-	// The image is not fsynced: a paused sandbox survives restarts of
-	// kiln serve (the page cache does), not reboots of the host, which
-	// lose its layer's loop mount (adopt fails it then); an fsync would
-	// only add its time (about a second per GiB here) to every pause.
+	// The image is not fsynced: a restart of kiln serve keeps the page
+	// cache, and so does a clean reboot of the host (which flushes it;
+	// adopt then mounts the layer again). Only a power loss right after a
+	// pause loses it, and an fsync would add its time (about a second per
+	// GiB here) to every pause.
 	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.pids); err != nil {
 		// The image is complete; the container is half gone. Resume can
 		// still restore from the image once the container is deleted.
@@ -360,7 +362,11 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 			return errors.New("its checkpoint image is gone")
 		}
 		if !mounted(filepath.Join(dir, layerDir, "rootfs")) {
-			return errors.New("its writable layer is no longer mounted")
+			// The host rebooted: its files are there, its mounts are not.
+			if _, err := rootfs.Remount(filepath.Join(dir, layerDir)); err != nil {
+				return fmt.Errorf("its writable layer is no longer mounted, and mounting it again failed: %w", err)
+			}
+			m.log.Warn("mounted the writable layer of a paused sandbox again (the host rebooted?)", "sandbox_id", rec.ID)
 		}
 	} else {
 		st, err := rt.State(ctx, rec.ID.String())

@@ -183,6 +183,49 @@ func TestPausedSurvivesRestart(t *testing.T) {
 	})
 }
 
+// A paused runsc sandbox survives a reboot of the host, which takes its
+// mounts, loop devices and runtime state but keeps its files: adopt mounts
+// its layer again and it resumes with its memory, processes and files.
+func TestPausedSurvivesReboot(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Adopt = true
+	m1 := newManager(t, cfg)
+	e := create(t, m1, sandbox.CreateOptions{Runtime: "runsc"})
+	e.sh("echo kept > /home/user/state.txt")
+	pid := startCounter(t, e)
+	if _, err := m1.Pause(context.Background(), e.sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	// The reboot: the sandbox's mounts go (overlay first), and with the
+	// last one its autoclear loop device.
+	layer := filepath.Join(cfg.StateDir, e.sb.ID.String(), "layer")
+	for _, mnt := range []string{"rootfs", "layer"} {
+		if out, err := exec.Command("umount", filepath.Join(layer, mnt)).CombinedOutput(); err != nil {
+			t.Fatalf("umount %s: %v %s", mnt, err, out)
+		}
+	}
+
+	m2 := newManager(t, cfg)
+	t.Cleanup(func() { m2.Kill(context.Background(), e.sb.ID) })
+	if sb, err := m2.Get(context.Background(), e.sb.ID); err != nil || sb.State != sandbox.StatePaused {
+		t.Fatalf("after reboot: %+v, %v", sb, err)
+	}
+	if _, err := m2.Resume(context.Background(), e.sb.ID); err != nil {
+		t.Fatalf("resume after reboot: %v", err)
+	}
+	a, err := m2.Agent(e.sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2 := &env{t: t, m: m2, sb: e.sb, agent: a}
+	if r := e2.sh("cat /home/user/state.txt; echo new > /home/user/new.txt && cat /home/user/new.txt"); r.stdout != "kept\nnew\n" {
+		t.Errorf("files after reboot and resume: %q", r.stdout)
+	}
+	attachCounter(t, a, pid)
+}
+
 func TestPauseFailures(t *testing.T) {
 	_, err := exec.LookPath("runsc")
 	if err != nil {
