@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -128,6 +129,7 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 		if err := m.gcSnapshots(ctx); err != nil {
 			return nil, err
 		}
+		m.pruneAgents()
 	}
 	go m.reaper()
 	return m, nil
@@ -149,6 +151,11 @@ func installAgent(src, dataDir string) (string, error) {
 		return "", fmt.Errorf("creating agent dir: %w", err)
 	}
 	if _, err := os.Stat(dst); err == nil {
+		// Installed again: pruneAgents keeps it for another agentGrace.
+		now := time.Now()
+		if err := os.Chtimes(dir, now, now); err != nil {
+			return "", fmt.Errorf("touching agent dir: %w", err)
+		}
 		return dir, nil
 	}
 	tmp := dst + ".tmp" + strconv.Itoa(os.Getpid())
@@ -159,6 +166,49 @@ func installAgent(src, dataDir string) (string, error) {
 		return "", fmt.Errorf("installing agent: %w", err)
 	}
 	return dir, nil
+}
+
+// agentGrace is how long an agent build stays after it was last installed:
+// another kiln serve (or test) on the same data dir may still run it.
+const agentGrace = 24 * time.Hour
+
+// pruneAgents removes the agent builds under DataDir/agent (15-20 MB each,
+// one per kiln build ever run) that are not this Manager's, were last
+// installed over agentGrace ago, and are not in the bundle of a sandbox
+// dir of this node (a sandbox adopted from an older kiln still runs its
+// build).
+func (m *Manager) pruneAgents() {
+	parent := filepath.Dir(m.agentDir)
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		m.log.Warn("listing agent builds", "err", err)
+		return
+	}
+	keep := map[string]bool{filepath.Base(m.agentDir): true}
+	bundles, _ := filepath.Glob(filepath.Join(m.cfg.StateDir, "*", "config.json"))
+	for _, path := range bundles {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			dir := filepath.Join(parent, e.Name())
+			if bytes.Contains(b, []byte(dir+`"`)) || bytes.Contains(b, []byte(dir+"/")) {
+				keep[e.Name()] = true
+			}
+		}
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if keep[e.Name()] || !e.IsDir() || err != nil || time.Since(fi.ModTime()) < agentGrace {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(parent, e.Name())); err != nil {
+			m.log.Warn("removing old agent build", "build", e.Name(), "err", err)
+			continue
+		}
+		m.log.Info("removed old agent build", "build", e.Name(), "last_installed", fi.ModTime().UTC())
+	}
 }
 
 // Create makes a sandbox and waits until its agent answers. A failure at
