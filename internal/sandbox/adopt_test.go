@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 // kiln serve, when it starts, removes the agent builds of earlier kilns
@@ -37,7 +38,7 @@ func TestPruneAgents(t *testing.T) {
 	used := build("test-used-"+suffix, 48*time.Hour)
 	e := create(t, m1, sandbox.CreateOptions{})
 	// The sandbox runs an older build: its bundle names that build's dir.
-	bundle := filepath.Join(cfg.StateDir, e.sb.ID.String(), "config.json")
+	bundle := filepath.Join(cfg.StateDir, e.SB.ID.String(), "config.json")
 	b, err := os.ReadFile(bundle)
 	if err != nil {
 		t.Fatal(err)
@@ -71,11 +72,11 @@ func TestPruneAgents(t *testing.T) {
 			t.Errorf("build %s removed: %v", filepath.Base(dir), err)
 		}
 	}
-	a, err := m2.Agent(e.sb.ID)
+	a, err := m2.Agent(e.SB.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := (&env{t: t, m: m2, sb: e.sb, agent: a}).sh("echo ok"); r.stdout != "ok\n" {
-		t.Errorf("adopted sandbox: %q", r.stdout)
+	if r := sandboxtest.Wrap(t, m2, e.SB, a).Sh("echo ok"); r.Stdout != "ok\n" {
+		t.Errorf("adopted sandbox: %q", r.Stdout)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 // waitState polls a sandbox's record until it is in state want.
@@ -35,26 +36,26 @@ func TestAutoPause(t *testing.T) {
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
 		e := create(t, m1, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoResume: true, Timeout: 2 * time.Second})
-		if !e.sb.AutoPause || !e.sb.AutoResume || e.sb.Timeout != 2*time.Second {
-			t.Errorf("record: %+v", e.sb)
+		if !e.SB.AutoPause || !e.SB.AutoResume || e.SB.Timeout != 2*time.Second {
+			t.Errorf("record: %+v", e.SB)
 		}
-		e.sh("echo kept > /home/user/state.txt")
+		e.Sh("echo kept > /home/user/state.txt")
 		pid := startCounter(t, e)
-		sb := waitState(t, m1, e.sb.ID, sandbox.StatePaused, 20*time.Second)
+		sb := waitState(t, m1, e.SB.ID, sandbox.StatePaused, 20*time.Second)
 		if sb.PausedAt.IsZero() || sb.ExpiresAt.Sub(sb.PausedAt) != cfg.Limits.MaxPausedLifetime {
 			t.Errorf("auto-paused record: paused at %v, expires at %v", sb.PausedAt, sb.ExpiresAt)
 		}
 		m1.Close()
 
 		m2 := newManager(t, cfg)
-		t.Cleanup(func() { m2.Kill(context.Background(), e.sb.ID) })
-		waitState(t, m2, e.sb.ID, sandbox.StatePaused, time.Second)
+		t.Cleanup(func() { m2.Kill(context.Background(), e.SB.ID) })
+		waitState(t, m2, e.SB.ID, sandbox.StatePaused, time.Second)
 		var wg sync.WaitGroup
 		woken := make([]sandbox.Sandbox, 4)
 		errs := make([]error, 4)
 		before := time.Now()
 		for i := range woken {
-			wg.Go(func() { woken[i], errs[i] = m2.Wake(context.Background(), e.sb.ID) })
+			wg.Go(func() { woken[i], errs[i] = m2.Wake(context.Background(), e.SB.ID) })
 		}
 		wg.Wait()
 		for i := range woken {
@@ -65,16 +66,16 @@ func TestAutoPause(t *testing.T) {
 				t.Errorf("wake %d: timeout did not start over: %+v", i, woken[i])
 			}
 		}
-		if _, err := m2.SetTimeout(context.Background(), e.sb.ID, time.Minute); err != nil {
+		if _, err := m2.SetTimeout(context.Background(), e.SB.ID, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		a, err := m2.Agent(e.sb.ID)
+		a, err := m2.Agent(e.SB.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2 := &env{t: t, m: m2, sb: e.sb, agent: a}
-		if r := e2.sh("cat /home/user/state.txt; echo $KILN_SANDBOX_ID"); r.stdout != "kept\n"+e.sb.ID.String()+"\n" {
-			t.Errorf("after wake: %q", r.stdout)
+		e2 := sandboxtest.Wrap(t, m2, e.SB, a)
+		if r := e2.Sh("cat /home/user/state.txt; echo $KILN_SANDBOX_ID"); r.Stdout != "kept\n"+e.SB.ID.String()+"\n" {
+			t.Errorf("after wake: %q", r.Stdout)
 		}
 		attachCounter(t, a, pid)
 	})
@@ -88,7 +89,7 @@ func TestPausedLifetime(t *testing.T) {
 	cfg.Limits.MaxPausedLifetime = 2 * time.Second
 	m := newManager(t, cfg)
 	e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
-	sb, err := m.Pause(context.Background(), e.sb.ID)
+	sb, err := m.Pause(context.Background(), e.SB.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +97,12 @@ func TestPausedLifetime(t *testing.T) {
 		t.Errorf("paused sandbox expires %v after its pause", got)
 	}
 	// Without AutoResume, a use does not wake it.
-	if sb, err := m.Wake(context.Background(), e.sb.ID); err != nil || sb.State != sandbox.StatePaused {
+	if sb, err := m.Wake(context.Background(), e.SB.ID); err != nil || sb.State != sandbox.StatePaused {
 		t.Errorf("wake of a sandbox without auto-resume: %s %v", sb.State, err)
 	}
-	sb = waitState(t, m, e.sb.ID, sandbox.StateStopped, 20*time.Second)
+	sb = waitState(t, m, e.SB.ID, sandbox.StateStopped, 20*time.Second)
 	if sb.Reason != "paused for longer than 2s" {
 		t.Errorf("reason %q", sb.Reason)
 	}
-	assertNothingLeft(t, cfg, e.sb.ID, 0)
+	assertNothingLeft(t, cfg, e.SB.ID, 0)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 func TestCommands(t *testing.T) {
@@ -40,27 +41,27 @@ func TestCommands(t *testing.T) {
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				e := &env{t: t, m: e.m, sb: e.sb, agent: e.agent}
+				e := sandboxtest.Wrap(t, e.M, e.SB, e.Agent)
 				if tt.wantCode == -1 {
-					_, err := e.agent.Exec(context.Background(), tt.p, func(api.Event) error { return nil })
+					_, err := e.Agent.Exec(context.Background(), tt.p, func(api.Event) error { return nil })
 					if err == nil {
 						t.Fatal("exec of a missing binary succeeded")
 					}
 					return
 				}
-				r := e.exec(tt.p)
-				if r.stdout != tt.wantOut || r.stderr != tt.wantStderr || r.exit.Code != tt.wantCode {
-					t.Errorf("got stdout %q stderr %q exit %+v; want %q %q %d", r.stdout, r.stderr, r.exit, tt.wantOut, tt.wantStderr, tt.wantCode)
+				r := e.Exec(tt.p)
+				if r.Stdout != tt.wantOut || r.Stderr != tt.wantStderr || r.Exit.Code != tt.wantCode {
+					t.Errorf("got stdout %q stderr %q exit %+v; want %q %q %d", r.Stdout, r.Stderr, r.Exit, tt.wantOut, tt.wantStderr, tt.wantCode)
 				}
 			})
 		}
 
 		t.Run("events are ordered", func(t *testing.T) {
-			r := e.sh("for i in 1 2 3; do echo $i; sleep 0.05; done")
-			if r.events[0].Type != api.EventStart || r.events[len(r.events)-1].Type != api.EventExit {
-				t.Fatalf("events %+v: want start first and exit last", r.events)
+			r := e.Sh("for i in 1 2 3; do echo $i; sleep 0.05; done")
+			if r.Events[0].Type != api.EventStart || r.Events[len(r.Events)-1].Type != api.EventExit {
+				t.Fatalf("events %+v: want start first and exit last", r.Events)
 			}
-			for i, ev := range r.events {
+			for i, ev := range r.Events {
 				if ev.Seq != uint64(i+1) {
 					t.Fatalf("event %d has seq %d", i, ev.Seq)
 				}
@@ -74,7 +75,7 @@ func TestCommands(t *testing.T) {
 			var out strings.Builder
 			done := make(chan *api.ExitStatus, 1)
 			go func() {
-				exit, err := e.agent.Exec(ctx, wire.ExecParams{Args: []string{"cat"}, Stdin: true}, func(ev api.Event) error {
+				exit, err := e.Agent.Exec(ctx, wire.ExecParams{Args: []string{"cat"}, Stdin: true}, func(ev api.Event) error {
 					if ev.Type == api.EventStart {
 						pidc <- ev.PID
 					}
@@ -87,10 +88,10 @@ func TestCommands(t *testing.T) {
 				done <- exit
 			}()
 			pid := <-pidc
-			if err := e.agent.Stdin(ctx, wire.StdinParams{PID: pid, Data: []byte("ping\n")}); err != nil {
+			if err := e.Agent.Stdin(ctx, wire.StdinParams{PID: pid, Data: []byte("ping\n")}); err != nil {
 				t.Fatal(err)
 			}
-			if err := e.agent.Stdin(ctx, wire.StdinParams{PID: pid, Close: true}); err != nil {
+			if err := e.Agent.Stdin(ctx, wire.StdinParams{PID: pid, Close: true}); err != nil {
 				t.Fatal(err)
 			}
 			if exit := <-done; exit == nil || exit.Code != 0 || out.String() != "ping\n" {
@@ -100,16 +101,16 @@ func TestCommands(t *testing.T) {
 
 		t.Run("timeout kills the tree", func(t *testing.T) {
 			start := time.Now()
-			r := e.exec(wire.ExecParams{Cmd: "sleep 300 & echo $! > /tmp/child; sleep 300", TimeoutMs: 1000})
-			if r.exit.Reason != api.ExitTimeout {
-				t.Fatalf("exit %+v, want reason timeout", r.exit)
+			r := e.Exec(wire.ExecParams{Cmd: "sleep 300 & echo $! > /tmp/child; sleep 300", TimeoutMs: 1000})
+			if r.Exit.Reason != api.ExitTimeout {
+				t.Fatalf("exit %+v, want reason timeout", r.Exit)
 			}
 			if d := time.Since(start); d > 20*time.Second {
 				t.Errorf("timeout took %v", d)
 			}
-			chk := e.sh("kill -0 $(cat /tmp/child) 2>/dev/null && echo alive || echo dead")
-			if strings.TrimSpace(chk.stdout) != "dead" {
-				t.Errorf("child of timed-out command is %s", chk.stdout)
+			chk := e.Sh("kill -0 $(cat /tmp/child) 2>/dev/null && echo alive || echo dead")
+			if strings.TrimSpace(chk.Stdout) != "dead" {
+				t.Errorf("child of timed-out command is %s", chk.Stdout)
 			}
 		})
 
@@ -118,7 +119,7 @@ func TestCommands(t *testing.T) {
 			defer cancel()
 			pidc := make(chan int, 1)
 			go func() {
-				exit, err := e.agent.Exec(ctx, wire.ExecParams{Args: []string{"sleep", "300"}}, func(ev api.Event) error {
+				exit, err := e.Agent.Exec(ctx, wire.ExecParams{Args: []string{"sleep", "300"}}, func(ev api.Event) error {
 					if ev.Type == api.EventStart {
 						pidc <- ev.PID
 					}
@@ -130,11 +131,11 @@ func TestCommands(t *testing.T) {
 				pidc <- 0
 			}()
 			pid := <-pidc
-			if err := e.agent.Signal(ctx, wire.SignalParams{PID: pid, Signal: "SIGTERM"}); err != nil {
+			if err := e.Agent.Signal(ctx, wire.SignalParams{PID: pid, Signal: "SIGTERM"}); err != nil {
 				t.Fatal(err)
 			}
 			<-pidc
-			if err := e.agent.Signal(ctx, wire.SignalParams{PID: 999999, Signal: "SIGTERM"}); err == nil {
+			if err := e.Agent.Signal(ctx, wire.SignalParams{PID: 999999, Signal: "SIGTERM"}); err == nil {
 				t.Error("signal to an unknown pid succeeded")
 			}
 		})
@@ -142,7 +143,7 @@ func TestCommands(t *testing.T) {
 		t.Run("background and re-attach", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			pidc := make(chan int, 1)
-			go e.agent.Exec(ctx, wire.ExecParams{Cmd: "echo one; sleep 1; echo two", Tag: "bg"}, func(ev api.Event) error {
+			go e.Agent.Exec(ctx, wire.ExecParams{Cmd: "echo one; sleep 1; echo two", Tag: "bg"}, func(ev api.Event) error {
 				if ev.Type == api.EventStart {
 					pidc <- ev.PID
 				}
@@ -150,7 +151,7 @@ func TestCommands(t *testing.T) {
 			})
 			pid := <-pidc
 			cancel() // detach; the process keeps running
-			ps, err := e.agent.Processes(context.Background())
+			ps, err := e.Agent.Processes(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +165,7 @@ func TestCommands(t *testing.T) {
 			var out strings.Builder
 			actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer acancel()
-			exit, err := e.agent.Attach(actx, wire.AttachParams{PID: pid}, func(ev api.Event) error {
+			exit, err := e.Agent.Attach(actx, wire.AttachParams{PID: pid}, func(ev api.Event) error {
 				out.Write(ev.Data)
 				return nil
 			})
@@ -174,9 +175,9 @@ func TestCommands(t *testing.T) {
 		})
 
 		t.Run("pty", func(t *testing.T) {
-			r := e.exec(wire.ExecParams{Cmd: "tty; stty size", PTY: &wire.PTYSize{Cols: 100, Rows: 30}})
-			if !strings.Contains(r.stdout, "/dev/pts/") || !strings.Contains(r.stdout, "30 100") {
-				t.Errorf("pty output %q", r.stdout)
+			r := e.Exec(wire.ExecParams{Cmd: "tty; stty size", PTY: &wire.PTYSize{Cols: 100, Rows: 30}})
+			if !strings.Contains(r.Stdout, "/dev/pts/") || !strings.Contains(r.Stdout, "30 100") {
+				t.Errorf("pty output %q", r.Stdout)
 			}
 		})
 	})
@@ -188,7 +189,7 @@ func TestOutputFloodIsCapped(t *testing.T) {
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		const limit = 4 << 20
 		var got int
-		exit, err := e.agent.Exec(context.Background(), wire.ExecParams{
+		exit, err := e.Agent.Exec(context.Background(), wire.ExecParams{
 			Cmd: "head -c 1G /dev/zero; echo done >&2", OutputLimit: limit, TimeoutMs: 120_000,
 		}, func(ev api.Event) error {
 			got += len(ev.Data)
@@ -200,8 +201,8 @@ func TestOutputFloodIsCapped(t *testing.T) {
 		if !exit.Truncated || got > limit+64<<10 {
 			t.Fatalf("1 GB flood: delivered %d bytes, exit %+v; want truncated at %d", got, exit, limit)
 		}
-		if r := e.sh("echo still usable"); r.stdout != "still usable\n" {
-			t.Fatalf("after flood: %q", r.stdout)
+		if r := e.Sh("echo still usable"); r.Stdout != "still usable\n" {
+			t.Fatalf("after flood: %q", r.Stdout)
 		}
 	})
 }
@@ -209,13 +210,13 @@ func TestOutputFloodIsCapped(t *testing.T) {
 func TestAgentCallsOnDeadSandbox(t *testing.T) {
 	m := newManager(t, testConfig(t))
 	e := create(t, m, sandbox.CreateOptions{Runtime: "runc"})
-	if err := m.Kill(context.Background(), e.sb.ID); err != nil {
+	if err := m.Kill(context.Background(), e.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Agent(e.sb.ID); err == nil {
+	if _, err := m.Agent(e.SB.ID); err == nil {
 		t.Fatal("Agent of a killed sandbox succeeded")
 	}
-	if err := e.agent.Ping(context.Background()); err == nil || errors.Is(err, context.DeadlineExceeded) {
+	if err := e.Agent.Ping(context.Background()); err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("ping on a killed sandbox: %v, want a prompt unavailable error", err)
 	}
 }

@@ -21,7 +21,7 @@ func TestFiles(t *testing.T) {
 		m := newManager(t, testConfig(t))
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		ctx := context.Background()
-		a := e.agent
+		a := e.Agent
 
 		big := make([]byte, 9<<20+123)
 		rand.Read(big)
@@ -39,8 +39,8 @@ func TestFiles(t *testing.T) {
 		if !bytes.Equal(got.Bytes(), big) {
 			t.Fatalf("read back %d bytes, differ from the %d written", got.Len(), len(big))
 		}
-		if r := e.sh(`python3 -c 'import os,pwd; s=os.stat("deep/dir/big.bin"); print(pwd.getpwuid(s.st_uid).pw_name, s.st_size)'`); r.stdout != "user 9437307\n" {
-			t.Errorf("owner/size inside: %q", r.stdout)
+		if r := e.Sh(`python3 -c 'import os,pwd; s=os.stat("deep/dir/big.bin"); print(pwd.getpwuid(s.st_uid).pw_name, s.st_size)'`); r.Stdout != "user 9437307\n" {
+			t.Errorf("owner/size inside: %q", r.Stdout)
 		}
 
 		if _, err := a.Mkdir(ctx, wire.PathParams{Path: "/tmp/a/b/c"}); err != nil {
@@ -75,7 +75,7 @@ func TestFiles(t *testing.T) {
 
 		// Paths resolve inside the sandbox: escapes land on the sandbox's
 		// own files, never the host's.
-		marker := "/tmp/kiln-host-marker-" + string(e.sb.ID)
+		marker := "/tmp/kiln-host-marker-" + string(e.SB.ID)
 		os.WriteFile(marker, []byte("host secret"), 0o644)
 		defer os.Remove(marker)
 		for _, p := range []string{marker, "/../../../../" + marker, "../../.." + marker} {
@@ -83,7 +83,7 @@ func TestFiles(t *testing.T) {
 				t.Errorf("host file visible as %s: %v", p, err)
 			}
 		}
-		e.exec(wire.ExecParams{Cmd: "ln -s " + marker + " /tmp/link; ln -s /etc/hostname /tmp/hn"})
+		e.Exec(wire.ExecParams{Cmd: "ln -s " + marker + " /tmp/link; ln -s /etc/hostname /tmp/hn"})
 		if _, err := a.ReadFile(ctx, wire.PathParams{Path: "/tmp/link"}, &bytes.Buffer{}); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("symlink to a host path: %v, want not found", err)
 		}
@@ -114,20 +114,20 @@ func TestWatch(t *testing.T) {
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := e.agent.Mkdir(ctx, wire.PathParams{Path: "/home/user/w"}); err != nil {
+		if _, err := e.Agent.Mkdir(ctx, wire.PathParams{Path: "/home/user/w"}); err != nil {
 			t.Fatal(err)
 		}
 		events := make(chan api.FileEvent, 100)
 		wctx, wcancel := context.WithCancel(ctx)
 		defer wcancel()
-		go e.agent.Watch(wctx, wire.WatchParams{Path: "/home/user/w", Recursive: true}, func(ev api.Event) error {
+		go e.Agent.Watch(wctx, wire.WatchParams{Path: "/home/user/w", Recursive: true}, func(ev api.Event) error {
 			if ev.File != nil {
 				events <- *ev.File
 			}
 			return nil
 		})
 		time.Sleep(300 * time.Millisecond) // let the watch start
-		e.sh("cd ~/w && mkdir sub && sleep 0.3 && echo x > sub/f && rm sub/f")
+		e.Sh("cd ~/w && mkdir sub && sleep 0.3 && echo x > sub/f && rm sub/f")
 		want := map[string]bool{"create /home/user/w/sub": false, "create /home/user/w/sub/f": false, "remove /home/user/w/sub/f": false}
 		deadline := time.After(10 * time.Second)
 		for missing := len(want); missing > 0; {

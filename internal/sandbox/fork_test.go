@@ -18,6 +18,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 func requireRunsc(t *testing.T) {
@@ -32,11 +33,11 @@ func TestFork(t *testing.T) {
 	m := newManager(t, cfg)
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Metadata: map[string]string{"k": "v"}})
 	ctx := context.Background()
-	src.sh("echo before > /home/user/state.txt")
+	src.Sh("echo before > /home/user/state.txt")
 	pid := startCounter(t, src)
 
 	t0 := time.Now()
-	sbs, err := m.Fork(ctx, src.sb.ID, 2, sandbox.Quota{})
+	sbs, err := m.Fork(ctx, src.SB.ID, 2, sandbox.Quota{})
 	t.Logf("fork into 2: %v", time.Since(t0))
 	if err != nil {
 		t.Fatalf("fork: %v", err)
@@ -46,20 +47,20 @@ func TestFork(t *testing.T) {
 	}
 	forks := make([]*env, len(sbs))
 	for i, sb := range sbs {
-		if sb.State != sandbox.StateRunning || sb.ID == src.sb.ID || sb.Template != src.sb.Template ||
-			sb.Metadata["k"] != "v" || sb.Limits != src.sb.Limits || sb.Reason != "" || sb.ExpiresAt.IsZero() {
+		if sb.State != sandbox.StateRunning || sb.ID == src.SB.ID || sb.Template != src.SB.Template ||
+			sb.Metadata["k"] != "v" || sb.Limits != src.SB.Limits || sb.Reason != "" || sb.ExpiresAt.IsZero() {
 			t.Errorf("fork record: %+v", sb)
 		}
 		a, err := m.Agent(sb.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		forks[i] = &env{t: t, m: m, sb: sb, agent: a}
+		forks[i] = sandboxtest.Wrap(t, m, sb, a)
 	}
 	// Every copy of the counter (same pid) counts on from where it was.
 	var wg sync.WaitGroup
 	for _, e := range append([]*env{src}, forks...) {
-		wg.Go(func() { attachCounter(t, e.agent, pid) })
+		wg.Go(func() { attachCounter(t, e.Agent, pid) })
 	}
 	wg.Wait()
 	if t.Failed() {
@@ -68,33 +69,33 @@ func TestFork(t *testing.T) {
 
 	all := append([]*env{src}, forks...)
 	for i, e := range all {
-		if r := e.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
-			t.Errorf("sandbox %d: file: %q", i, r.stdout)
+		if r := e.Sh("cat /home/user/state.txt"); r.Stdout != "before\n" {
+			t.Errorf("sandbox %d: file: %q", i, r.Stdout)
 		}
-		e.sh(fmt.Sprintf("echo %d > /home/user/mine-%d.txt", i, i))
+		e.Sh(fmt.Sprintf("echo %d > /home/user/mine-%d.txt", i, i))
 	}
 	for i, e := range all {
-		r := e.sh("ls /home/user/")
-		if want := fmt.Sprintf("mine-%d.txt\nstate.txt\n", i); r.stdout != want {
-			t.Errorf("sandbox %d sees %q, want %q", i, r.stdout, want)
+		r := e.Sh("ls /home/user/")
+		if want := fmt.Sprintf("mine-%d.txt\nstate.txt\n", i); r.Stdout != want {
+			t.Errorf("sandbox %d sees %q, want %q", i, r.Stdout, want)
 		}
-		if r = e.sh("hostname; echo $KILN_SANDBOX_ID"); r.stdout != strings.Repeat(e.sb.ID.String()+"\n", 2) {
-			t.Errorf("sandbox %d (%s): hostname and KILN_SANDBOX_ID %q", i, e.sb.ID, r.stdout)
+		if r = e.Sh("hostname; echo $KILN_SANDBOX_ID"); r.Stdout != strings.Repeat(e.SB.ID.String()+"\n", 2) {
+			t.Errorf("sandbox %d (%s): hostname and KILN_SANDBOX_ID %q", i, e.SB.ID, r.Stdout)
 		}
 	}
-	if r := src.sh("echo still here"); r.stdout != "still here\n" {
-		t.Errorf("source after fork: %q", r.stdout)
+	if r := src.Sh("echo still here"); r.Stdout != "still here\n" {
+		t.Errorf("source after fork: %q", r.Stdout)
 	}
 
 	for _, f := range forks {
-		hostPid := runtimePid(t, "runsc", f.sb.ID)
-		if err := m.Kill(ctx, f.sb.ID); err != nil {
+		hostPid := runtimePid(t, "runsc", f.SB.ID)
+		if err := m.Kill(ctx, f.SB.ID); err != nil {
 			t.Fatalf("kill fork: %v", err)
 		}
-		assertNothingLeft(t, cfg, f.sb.ID, hostPid)
+		assertNothingLeft(t, cfg, f.SB.ID, hostPid)
 	}
-	if r := src.sh("cat /home/user/mine-0.txt"); r.stdout != "0\n" {
-		t.Errorf("source after killing forks: %q", r.stdout)
+	if r := src.Sh("cat /home/user/mine-0.txt"); r.Stdout != "0\n" {
+		t.Errorf("source after killing forks: %q", r.Stdout)
 	}
 }
 
@@ -107,10 +108,10 @@ func TestForkLatency(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int{1, 4, -1, -4} { // negative: with 200 MiB in use
 		if n == -1 {
-			src.sh("nohup python3 -c 'import time; b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(600)' >/dev/null 2>&1 & sleep 2")
+			src.Sh("nohup python3 -c 'import time; b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(600)' >/dev/null 2>&1 & sleep 2")
 		}
 		t0 := time.Now()
-		sbs, err := m.Fork(ctx, src.sb.ID, max(n, -n), sandbox.Quota{})
+		sbs, err := m.Fork(ctx, src.SB.ID, max(n, -n), sandbox.Quota{})
 		took := time.Since(t0)
 		if err != nil {
 			t.Fatalf("fork %d: %v", n, err)
@@ -121,9 +122,9 @@ func TestForkLatency(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := &env{t: t, m: m, sb: sb, agent: a}
-			if r := e.sh("echo ok"); r.stdout != "ok\n" {
-				t.Errorf("fork %s: %q", sb.ID, r.stdout)
+			e := sandboxtest.Wrap(t, m, sb, a)
+			if r := e.Sh("echo ok"); r.Stdout != "ok\n" {
+				t.Errorf("fork %s: %q", sb.ID, r.Stdout)
 			}
 			if err := m.Kill(ctx, sb.ID); err != nil {
 				t.Fatal(err)
@@ -139,11 +140,11 @@ func TestForkRejects(t *testing.T) {
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	for _, n := range []int{0, 17, -1} {
-		if _, err := m.Fork(ctx, src.sb.ID, n, sandbox.Quota{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := m.Fork(ctx, src.SB.ID, n, sandbox.Quota{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("count %d: %v", n, err)
 		}
 	}
-	if _, err := m.Fork(ctx, src.sb.ID, 2, sandbox.Quota{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := m.Fork(ctx, src.SB.ID, 2, sandbox.Quota{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("fork past quota: %v", err)
 	}
 	// One fork was admitted and made, the other was not: the made one is
@@ -160,19 +161,19 @@ func TestForkRejects(t *testing.T) {
 	if out, _ := exec.Command("losetup", "-a").Output(); bytes.Count(out, []byte(cfg.StateDir)) != 1 {
 		t.Errorf("loop devices after a failed fork:\n%s", out)
 	}
-	if r := src.sh("echo ok"); r.stdout != "ok\n" {
-		t.Errorf("source after failed fork: %q", r.stdout)
+	if r := src.Sh("echo ok"); r.Stdout != "ok\n" {
+		t.Errorf("source after failed fork: %q", r.Stdout)
 	}
 	if _, err := exec.LookPath("runc"); err == nil {
 		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc"})
-		if _, err := m.Fork(ctx, rc.sb.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := m.Fork(ctx, rc.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("fork of runc sandbox: %v", err)
 		}
 	}
-	if _, err := m.Pause(ctx, src.sb.ID); err != nil {
+	if _, err := m.Pause(ctx, src.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Fork(ctx, src.sb.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := m.Fork(ctx, src.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("fork of paused sandbox: %v", err)
 	}
 }
@@ -218,8 +219,8 @@ func TestForkFailureUnwinds(t *testing.T) {
 	t.Cleanup(m.Close)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
-	src.sh("echo x > /home/user/x")
-	if _, err := m.Fork(ctx, src.sb.ID, 4, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
+	src.Sh("echo x > /home/user/x")
+	if _, err := m.Fork(ctx, src.SB.ID, 4, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("fork with failing restores: %v", err)
 	}
 	if len(fr.ids) != 4 {
@@ -237,8 +238,8 @@ func TestForkFailureUnwinds(t *testing.T) {
 	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
 		t.Errorf("state dir after a failed fork: %v", ents)
 	}
-	if r := src.sh("cat /home/user/x"); r.stdout != "x\n" {
-		t.Errorf("source after failed fork: %q", r.stdout)
+	if r := src.Sh("cat /home/user/x"); r.Stdout != "x\n" {
+		t.Errorf("source after failed fork: %q", r.Stdout)
 	}
 }
 
@@ -251,7 +252,7 @@ func TestAdoptThawsFrozen(t *testing.T) {
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
 		e := create(t, m1, sandbox.CreateOptions{Runtime: rt})
-		if err := runtimes(cfg.Config)[rt].(oci.Pauser).Pause(context.Background(), e.sb.ID.String()); err != nil {
+		if err := runtimes(cfg.Config)[rt].(oci.Pauser).Pause(context.Background(), e.SB.ID.String()); err != nil {
 			t.Fatal(err)
 		}
 		stale := filepath.Join(cfg.StateDir, ".fork-123")
@@ -261,17 +262,17 @@ func TestAdoptThawsFrozen(t *testing.T) {
 		m1.Close()
 
 		m2 := newManager(t, cfg)
-		sb, err := m2.Get(context.Background(), e.sb.ID)
+		sb, err := m2.Get(context.Background(), e.SB.ID)
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("after restart: %+v, %v", sb, err)
 		}
 		t.Cleanup(func() { m2.Kill(context.Background(), sb.ID) })
-		e2 := &env{t: t, m: m2, sb: sb}
-		if e2.agent, err = m2.Agent(sb.ID); err != nil {
+		e2 := sandboxtest.Wrap(t, m2, sb, nil)
+		if e2.Agent, err = m2.Agent(sb.ID); err != nil {
 			t.Fatal(err)
 		}
-		if r := e2.sh("echo ok"); r.stdout != "ok\n" {
-			t.Errorf("after thaw: %q", r.stdout)
+		if r := e2.Sh("echo ok"); r.Stdout != "ok\n" {
+			t.Errorf("after thaw: %q", r.Stdout)
 		}
 		if _, err := os.Stat(stale); err == nil {
 			t.Errorf("stale fork dir kept")

@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 // counterScript prints an in-memory counter 50 times, 0.1 s apart.
@@ -34,7 +35,7 @@ func startCounter(t *testing.T, e *env) int {
 	pidc, seen := make(chan int, 1), make(chan struct{})
 	var once bool
 	var out strings.Builder
-	go e.agent.Exec(ctx, wire.ExecParams{Cmd: counterScript, Tag: "counter"}, func(ev api.Event) error {
+	go e.Agent.Exec(ctx, wire.ExecParams{Cmd: counterScript, Tag: "counter"}, func(ev api.Event) error {
 		switch {
 		case ev.Type == api.EventStart:
 			pidc <- ev.PID
@@ -82,12 +83,12 @@ func TestPauseResume(t *testing.T) {
 		m := newManager(t, cfg)
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		ctx := context.Background()
-		e.sh("echo kept > /home/user/state.txt; nohup sh -c 'while :; do date +%s%N > /tmp/tick.new && mv /tmp/tick.new /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &")
+		e.Sh("echo kept > /home/user/state.txt; nohup sh -c 'while :; do date +%s%N > /tmp/tick.new && mv /tmp/tick.new /tmp/tick; sleep 0.05; done' >/dev/null 2>&1 &")
 		pid := startCounter(t, e)
-		hostPid := runtimePid(t, rt, e.sb.ID)
+		hostPid := runtimePid(t, rt, e.SB.ID)
 
 		t0 := time.Now()
-		sb, err := m.Pause(ctx, e.sb.ID)
+		sb, err := m.Pause(ctx, e.SB.ID)
 		pauseTook := time.Since(t0)
 		if err != nil {
 			t.Fatalf("pause: %v", err)
@@ -95,13 +96,13 @@ func TestPauseResume(t *testing.T) {
 		if sb.State != sandbox.StatePaused {
 			t.Errorf("paused record: %+v", sb)
 		}
-		if got, _ := m.Get(ctx, e.sb.ID); got.State != sandbox.StatePaused {
+		if got, _ := m.Get(ctx, e.SB.ID); got.State != sandbox.StatePaused {
 			t.Errorf("Get: %s", got.State)
 		}
-		if _, err := m.Agent(e.sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := m.Agent(e.SB.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("Agent of paused sandbox: %v", err)
 		}
-		if _, err := m.Pause(ctx, e.sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := m.Pause(ctx, e.SB.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("pausing twice: %v", err)
 		}
 		if rt == "runsc" {
@@ -110,11 +111,11 @@ func TestPauseResume(t *testing.T) {
 			if _, err := os.Stat("/proc/" + strconv.Itoa(hostPid)); err == nil {
 				t.Errorf("sandbox process %d still exists while paused", hostPid)
 			}
-			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory/kiln", e.sb.ID.String())); err == nil {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory/kiln", e.SB.ID.String())); err == nil {
 				t.Errorf("memory cgroup still exists while paused")
 			}
 		} else {
-			b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer/kiln", e.sb.ID.String(), "freezer.state"))
+			b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer/kiln", e.SB.ID.String(), "freezer.state"))
 			if strings.TrimSpace(string(b)) != "FROZEN" {
 				t.Errorf("freezer.state = %q", b)
 			}
@@ -122,7 +123,7 @@ func TestPauseResume(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 
 		t0 = time.Now()
-		sb, err = m.Resume(ctx, e.sb.ID)
+		sb, err = m.Resume(ctx, e.SB.ID)
 		resumeTook := time.Since(t0)
 		if err != nil {
 			t.Fatalf("resume: %v", err)
@@ -131,21 +132,21 @@ func TestPauseResume(t *testing.T) {
 		if sb.State != sandbox.StateRunning {
 			t.Errorf("resumed record: %+v", sb)
 		}
-		if _, err := m.Resume(ctx, e.sb.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := m.Resume(ctx, e.SB.ID); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("resuming a running sandbox: %v", err)
 		}
-		if e.agent, err = m.Agent(e.sb.ID); err != nil {
+		if e.Agent, err = m.Agent(e.SB.ID); err != nil {
 			t.Fatal(err)
 		}
-		if r := e.sh("cat /home/user/state.txt"); r.stdout != "kept\n" {
-			t.Errorf("file after resume: %q", r.stdout)
+		if r := e.Sh("cat /home/user/state.txt"); r.Stdout != "kept\n" {
+			t.Errorf("file after resume: %q", r.Stdout)
 		}
-		r1 := e.sh("cat /tmp/tick")
+		r1 := e.Sh("cat /tmp/tick")
 		time.Sleep(300 * time.Millisecond)
-		if r2 := e.sh("cat /tmp/tick"); r1.stdout == r2.stdout || r1.stdout == "" {
-			t.Errorf("background loop stopped: %q then %q", r1.stdout, r2.stdout)
+		if r2 := e.Sh("cat /tmp/tick"); r1.Stdout == r2.Stdout || r1.Stdout == "" {
+			t.Errorf("background loop stopped: %q then %q", r1.Stdout, r2.Stdout)
 		}
-		attachCounter(t, e.agent, pid)
+		attachCounter(t, e.Agent, pid)
 	})
 }
 
@@ -156,28 +157,28 @@ func TestPausedSurvivesRestart(t *testing.T) {
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
 		e := create(t, m1, sandbox.CreateOptions{Runtime: rt})
-		e.sh("echo kept > /home/user/state.txt")
+		e.Sh("echo kept > /home/user/state.txt")
 		pid := startCounter(t, e)
-		if _, err := m1.Pause(context.Background(), e.sb.ID); err != nil {
+		if _, err := m1.Pause(context.Background(), e.SB.ID); err != nil {
 			t.Fatal(err)
 		}
 		m1.Close()
 
 		m2 := newManager(t, cfg)
-		t.Cleanup(func() { m2.Kill(context.Background(), e.sb.ID) })
-		if sb, err := m2.Get(context.Background(), e.sb.ID); err != nil || sb.State != sandbox.StatePaused {
+		t.Cleanup(func() { m2.Kill(context.Background(), e.SB.ID) })
+		if sb, err := m2.Get(context.Background(), e.SB.ID); err != nil || sb.State != sandbox.StatePaused {
 			t.Fatalf("after restart: %+v, %v", sb, err)
 		}
-		if _, err := m2.Resume(context.Background(), e.sb.ID); err != nil {
+		if _, err := m2.Resume(context.Background(), e.SB.ID); err != nil {
 			t.Fatalf("resume after restart: %v", err)
 		}
-		a, err := m2.Agent(e.sb.ID)
+		a, err := m2.Agent(e.SB.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e2 := &env{t: t, m: m2, sb: e.sb, agent: a}
-		if r := e2.sh("cat /home/user/state.txt"); r.stdout != "kept\n" {
-			t.Errorf("file after restart and resume: %q", r.stdout)
+		e2 := sandboxtest.Wrap(t, m2, e.SB, a)
+		if r := e2.Sh("cat /home/user/state.txt"); r.Stdout != "kept\n" {
+			t.Errorf("file after restart and resume: %q", r.Stdout)
 		}
 		attachCounter(t, a, pid)
 	})
@@ -192,15 +193,15 @@ func TestPausedSurvivesReboot(t *testing.T) {
 	cfg.Adopt = true
 	m1 := newManager(t, cfg)
 	e := create(t, m1, sandbox.CreateOptions{Runtime: "runsc"})
-	e.sh("echo kept > /home/user/state.txt")
+	e.Sh("echo kept > /home/user/state.txt")
 	pid := startCounter(t, e)
-	if _, err := m1.Pause(context.Background(), e.sb.ID); err != nil {
+	if _, err := m1.Pause(context.Background(), e.SB.ID); err != nil {
 		t.Fatal(err)
 	}
 	m1.Close()
 	// The reboot: the sandbox's mounts go (overlay first), and with the
 	// last one its autoclear loop device.
-	layer := filepath.Join(cfg.StateDir, e.sb.ID.String(), "layer")
+	layer := filepath.Join(cfg.StateDir, e.SB.ID.String(), "layer")
 	for _, mnt := range []string{"rootfs", "layer"} {
 		if out, err := exec.Command("umount", filepath.Join(layer, mnt)).CombinedOutput(); err != nil {
 			t.Fatalf("umount %s: %v %s", mnt, err, out)
@@ -208,20 +209,20 @@ func TestPausedSurvivesReboot(t *testing.T) {
 	}
 
 	m2 := newManager(t, cfg)
-	t.Cleanup(func() { m2.Kill(context.Background(), e.sb.ID) })
-	if sb, err := m2.Get(context.Background(), e.sb.ID); err != nil || sb.State != sandbox.StatePaused {
+	t.Cleanup(func() { m2.Kill(context.Background(), e.SB.ID) })
+	if sb, err := m2.Get(context.Background(), e.SB.ID); err != nil || sb.State != sandbox.StatePaused {
 		t.Fatalf("after reboot: %+v, %v", sb, err)
 	}
-	if _, err := m2.Resume(context.Background(), e.sb.ID); err != nil {
+	if _, err := m2.Resume(context.Background(), e.SB.ID); err != nil {
 		t.Fatalf("resume after reboot: %v", err)
 	}
-	a, err := m2.Agent(e.sb.ID)
+	a, err := m2.Agent(e.SB.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2 := &env{t: t, m: m2, sb: e.sb, agent: a}
-	if r := e2.sh("cat /home/user/state.txt; echo new > /home/user/new.txt && cat /home/user/new.txt"); r.stdout != "kept\nnew\n" {
-		t.Errorf("files after reboot and resume: %q", r.stdout)
+	e2 := sandboxtest.Wrap(t, m2, e.SB, a)
+	if r := e2.Sh("cat /home/user/state.txt; echo new > /home/user/new.txt && cat /home/user/new.txt"); r.Stdout != "kept\nnew\n" {
+		t.Errorf("files after reboot and resume: %q", r.Stdout)
 	}
 	attachCounter(t, a, pid)
 }
@@ -246,14 +247,14 @@ func TestPauseFailures(t *testing.T) {
 	})
 	t.Run("kill paused", func(t *testing.T) {
 		e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
-		if _, err := m.Pause(ctx, e.sb.ID); err != nil {
+		if _, err := m.Pause(ctx, e.SB.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Kill(ctx, e.sb.ID); err != nil {
+		if err := m.Kill(ctx, e.SB.ID); err != nil {
 			t.Fatal(err)
 		}
-		assertNothingLeft(t, cfg, e.sb.ID, 0)
-		if _, err := m.Resume(ctx, e.sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+		assertNothingLeft(t, cfg, e.SB.ID, 0)
+		if _, err := m.Resume(ctx, e.SB.ID); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Errorf("resume of killed sandbox: %v", err)
 		}
 	})
@@ -269,26 +270,26 @@ func TestPauseFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
-			if _, err := m.Pause(ctx, e.sb.ID); err != nil {
+			if _, err := m.Pause(ctx, e.SB.ID); err != nil {
 				t.Fatal(err)
 			}
-			if err := tc.damage(filepath.Join(cfg.StateDir, e.sb.ID.String(), "checkpoint")); err != nil {
+			if err := tc.damage(filepath.Join(cfg.StateDir, e.SB.ID.String(), "checkpoint")); err != nil {
 				t.Fatal(err)
 			}
-			_, err := m.Resume(ctx, e.sb.ID)
+			_, err := m.Resume(ctx, e.SB.ID)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("resume: %v, want %q", err, tc.want)
 			}
-			sb, err := m.Get(ctx, e.sb.ID)
+			sb, err := m.Get(ctx, e.SB.ID)
 			if err != nil || sb.State != sandbox.StateFailed || !strings.Contains(sb.Reason, tc.want) {
 				t.Errorf("after failed resume: %+v, %v", sb, err)
 			}
-			assertNothingLeft(t, cfg, e.sb.ID, 0)
+			assertNothingLeft(t, cfg, e.SB.ID, 0)
 		})
 	}
 	t.Run("disk full", func(t *testing.T) {
 		e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
-		img := filepath.Join(cfg.StateDir, e.sb.ID.String(), "checkpoint")
+		img := filepath.Join(cfg.StateDir, e.SB.ID.String(), "checkpoint")
 		if err := os.Mkdir(img, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -306,24 +307,24 @@ func TestPauseFailures(t *testing.T) {
 			}
 		}
 		t.Cleanup(unmount) // before the kill; lazy: the sentry may keep the failed image open
-		_, err := m.Pause(ctx, e.sb.ID)
+		_, err := m.Pause(ctx, e.SB.ID)
 		if !errors.Is(err, errdefs.ErrResourceExhausted) {
 			t.Fatalf("pause with a full disk: %v, want resource exhausted", err)
 		}
-		if sb, _ := m.Get(ctx, e.sb.ID); sb.State != sandbox.StateRunning {
+		if sb, _ := m.Get(ctx, e.SB.ID); sb.State != sandbox.StateRunning {
 			t.Errorf("state after failed pause: %s", sb.State)
 		}
-		if e.agent, err = m.Agent(e.sb.ID); err != nil {
+		if e.Agent, err = m.Agent(e.SB.ID); err != nil {
 			t.Fatal(err)
 		}
-		if r := e.sh("echo alive"); r.stdout != "alive\n" {
-			t.Errorf("after failed pause: %q", r.stdout)
+		if r := e.Sh("echo alive"); r.Stdout != "alive\n" {
+			t.Errorf("after failed pause: %q", r.Stdout)
 		}
 		unmount()
-		if _, err := m.Pause(ctx, e.sb.ID); err != nil {
+		if _, err := m.Pause(ctx, e.SB.ID); err != nil {
 			t.Fatalf("pause with room: %v", err)
 		}
-		if _, err := m.Resume(ctx, e.sb.ID); err != nil {
+		if _, err := m.Resume(ctx, e.SB.ID); err != nil {
 			t.Fatalf("resume: %v", err)
 		}
 	})

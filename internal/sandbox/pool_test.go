@@ -58,7 +58,7 @@ func TestPool(t *testing.T) {
 	if st.Hits != 1 || st.Misses != 0 {
 		t.Errorf("pool stats after a claim: %+v", st)
 	}
-	sb := e.sb
+	sb := e.SB
 	if sb.State != sandbox.StateRunning || sb.Owner != "alice" || sb.Metadata["k"] != "v" || sb.Env["WHO"] != "claimed" ||
 		sb.Template != codeInterpreter || sb.ExpiresAt.Sub(t0) < 80*time.Second || sb.ExpiresAt.Sub(t0) > 100*time.Second {
 		t.Errorf("claimed record: %+v", sb)
@@ -66,14 +66,14 @@ func TestPool(t *testing.T) {
 	if got, err := m.Get(ctx, sb.ID); err != nil || got.Metadata["k"] != "v" {
 		t.Errorf("stored record: %+v %v", got, err)
 	}
-	if _, r := e.py(pandasLoaded); r != "True" {
+	if _, r := e.Py(pandasLoaded); r != "True" {
 		t.Errorf("pandas loaded = %s in a pooled warm sandbox", r)
 	}
-	if out, _ := e.py(`import os; print(os.environ["WHO"], os.environ["KILN_SANDBOX_ID"])`); out != "claimed "+sb.ID.String()+"\n" {
+	if out, _ := e.Py(`import os; print(os.environ["WHO"], os.environ["KILN_SANDBOX_ID"])`); out != "claimed "+sb.ID.String()+"\n" {
 		t.Errorf("kernel env: %q", out)
 	}
-	if r := e.sh(`echo "$WHO $KILN_SANDBOX_ID $(hostname)"`); r.stdout != "claimed "+sb.ID.String()+" "+sb.ID.String()+"\n" {
-		t.Errorf("command env: %q", r.stdout)
+	if r := e.Sh(`echo "$WHO $KILN_SANDBOX_ID $(hostname)"`); r.Stdout != "claimed "+sb.ID.String()+" "+sb.ID.String()+"\n" {
+		t.Errorf("command env: %q", r.Stdout)
 	}
 	if l := m.Live(); len(l) != 1 || l[0].ID != sb.ID {
 		t.Errorf("live after the claim: %+v", l)
@@ -89,7 +89,7 @@ func TestPool(t *testing.T) {
 	}
 	// Other limits than the pool's: a miss, made cold.
 	e2 := create(t, m, sandbox.CreateOptions{Template: codeInterpreter, Limits: sandbox.Limits{MemoryBytes: 768 << 20}})
-	if _, r := e2.py(pandasLoaded); r != "False" {
+	if _, r := e2.Py(pandasLoaded); r != "False" {
 		t.Errorf("a create with other limits got a warm sandbox")
 	}
 	st = waitPool(t, m, codeInterpreter, 1)
@@ -99,7 +99,7 @@ func TestPool(t *testing.T) {
 
 	// Close destroys the pooled sandbox, leaving nothing behind.
 	for _, x := range []*env{e, e2} {
-		if err := m.Kill(ctx, x.sb.ID); err != nil {
+		if err := m.Kill(ctx, x.SB.ID); err != nil {
 			t.Fatal(err)
 		}
 	}

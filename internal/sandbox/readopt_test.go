@@ -9,6 +9,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
 // A new Manager on the same state dir (kiln serve restarted after a crash)
@@ -19,10 +20,10 @@ func TestReadoptAfterRestart(t *testing.T) {
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
 		e := create(t, m1, sandbox.CreateOptions{Runtime: rt})
-		e.sh("echo kept > /home/user/state.txt")
+		e.Sh("echo kept > /home/user/state.txt")
 		ctx, cancel := context.WithCancel(context.Background())
 		pidc := make(chan int, 1)
-		go e.agent.Exec(ctx, wire.ExecParams{Cmd: "for i in $(seq 1 30); do echo tick $i; sleep 0.1; done", Tag: "ticker"}, func(ev api.Event) error {
+		go e.Agent.Exec(ctx, wire.ExecParams{Cmd: "for i in $(seq 1 30); do echo tick $i; sleep 0.1; done", Tag: "ticker"}, func(ev api.Event) error {
 			if ev.Type == api.EventStart {
 				pidc <- ev.PID
 			}
@@ -33,22 +34,22 @@ func TestReadoptAfterRestart(t *testing.T) {
 		cancel()
 
 		m2 := newManager(t, cfg)
-		sb, err := m2.Get(context.Background(), e.sb.ID)
+		sb, err := m2.Get(context.Background(), e.SB.ID)
 		if err != nil || sb.State != sandbox.StateRunning {
 			t.Fatalf("after restart: %+v, %v", sb, err)
 		}
-		e2 := &env{t: t, m: m2, sb: sb}
-		if e2.agent, err = m2.Agent(sb.ID); err != nil {
+		e2 := sandboxtest.Wrap(t, m2, sb, nil)
+		if e2.Agent, err = m2.Agent(sb.ID); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m2.Kill(context.Background(), sb.ID) })
-		if r := e2.sh("cat /home/user/state.txt"); r.stdout != "kept\n" {
-			t.Errorf("file after restart: %q", r.stdout)
+		if r := e2.Sh("cat /home/user/state.txt"); r.Stdout != "kept\n" {
+			t.Errorf("file after restart: %q", r.Stdout)
 		}
 		var out strings.Builder
 		actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer acancel()
-		exit, err := e2.agent.Attach(actx, wire.AttachParams{PID: pid}, func(ev api.Event) error {
+		exit, err := e2.Agent.Attach(actx, wire.AttachParams{PID: pid}, func(ev api.Event) error {
 			out.Write(ev.Data)
 			return nil
 		})

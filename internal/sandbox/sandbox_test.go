@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -60,67 +58,13 @@ func forEachRuntime(t *testing.T, f func(t *testing.T, rt string)) {
 	}
 }
 
-// env is one test sandbox.
-type env struct {
-	t     *testing.T
-	m     *sandbox.Manager
-	sb    sandbox.Sandbox
-	agent *sandbox.Agent
-}
+// env is one test sandbox; create makes one that is killed when the test
+// ends.
+type env = sandboxtest.Box
 
 func create(t *testing.T, m *sandbox.Manager, opts sandbox.CreateOptions) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sb, err := m.Create(ctx, opts)
-	if err != nil {
-		t.Fatalf("creating sandbox: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := m.Kill(context.Background(), sb.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			t.Errorf("killing sandbox: %v", err)
-		}
-	})
-	a, err := m.Agent(sb.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, m: m, sb: sb, agent: a}
-}
-
-// result is a finished command.
-type result struct {
-	stdout, stderr string
-	exit           *api.ExitStatus
-	events         []api.Event
-}
-
-func (e *env) exec(p wire.ExecParams) result {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var r result
-	var out, errb bytes.Buffer
-	exit, err := e.agent.Exec(ctx, p, func(ev api.Event) error {
-		r.events = append(r.events, api.Event{Seq: ev.Seq, Type: ev.Type})
-		switch ev.Type {
-		case api.EventStdout:
-			out.Write(ev.Data)
-		case api.EventStderr:
-			errb.Write(ev.Data)
-		}
-		return nil
-	})
-	if err != nil {
-		e.t.Fatalf("exec %v %q: %v", p.Args, p.Cmd, err)
-	}
-	r.stdout, r.stderr, r.exit = out.String(), errb.String(), exit
-	return r
-}
-
-func (e *env) sh(cmd string) result {
-	e.t.Helper()
-	return e.exec(wire.ExecParams{Cmd: cmd, TimeoutMs: 30_000})
+	return sandboxtest.Create(t, m, opts)
 }
 
 func TestLifecycle(t *testing.T) {
@@ -145,9 +89,9 @@ func TestLifecycle(t *testing.T) {
 		if err := a.Ping(ctx); err != nil {
 			t.Fatal(err)
 		}
-		e := &env{t: t, m: m, sb: sb, agent: a}
-		if r := e.sh("hostname"); strings.TrimSpace(r.stdout) != sb.ID.String() {
-			t.Errorf("hostname = %q, want %s", r.stdout, sb.ID)
+		e := sandboxtest.Wrap(t, m, sb, a)
+		if r := e.Sh("hostname"); strings.TrimSpace(r.Stdout) != sb.ID.String() {
+			t.Errorf("hostname = %q, want %s", r.Stdout, sb.ID)
 		}
 		pid := runtimePid(t, rt, sb.ID)
 
@@ -319,24 +263,24 @@ func TestSandboxDeathIsCleanedUp(t *testing.T) {
 		cfg := testConfig(t)
 		m := newManager(t, cfg)
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
-		pid := runtimePid(t, rt, e.sb.ID)
+		pid := runtimePid(t, rt, e.SB.ID)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			if sb, err := m.Get(context.Background(), e.sb.ID); err == nil && sb.State == sandbox.StateFailed {
+			if sb, err := m.Get(context.Background(), e.SB.ID); err == nil && sb.State == sandbox.StateFailed {
 				if !strings.Contains(sb.Reason, "exited unexpectedly") {
 					t.Errorf("failed with reason %q", sb.Reason)
 				}
 				break
 			}
 			if time.Now().After(deadline) {
-				sb, _ := m.Get(context.Background(), e.sb.ID)
+				sb, _ := m.Get(context.Background(), e.SB.ID)
 				t.Fatalf("dead sandbox still listed: %+v", sb)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		assertNothingLeft(t, cfg, e.sb.ID, pid)
+		assertNothingLeft(t, cfg, e.SB.ID, pid)
 	})
 }

@@ -47,24 +47,24 @@ func TestSnapshot(t *testing.T) {
 	m1 := newManager(t, cfg)
 	ctx := context.Background()
 	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Env: map[string]string{"X": "src"}, Metadata: map[string]string{"k": "v"}})
-	src.sh("echo before > /home/user/state.txt")
+	src.Sh("echo before > /home/user/state.txt")
 	pid := startCounter(t, src)
 
 	t0 := time.Now()
-	snap, err := m1.Snapshot(ctx, src.sb.ID, "s1")
+	snap, err := m1.Snapshot(ctx, src.SB.ID, "s1")
 	t.Logf("snapshot: %v", time.Since(t0))
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	if snap.Name != "s1" || snap.Source != src.sb.ID || snap.Template != "base" || snap.Runtime != "runsc" ||
-		snap.SizeBytes <= 0 || snap.Env["X"] != "src" || snap.Limits != src.sb.Limits {
+	if snap.Name != "s1" || snap.Source != src.SB.ID || snap.Template != "base" || snap.Runtime != "runsc" ||
+		snap.SizeBytes <= 0 || snap.Env["X"] != "src" || snap.Limits != src.SB.Limits {
 		t.Errorf("snapshot record: %+v", snap)
 	}
 	if _, err := os.Stat(filepath.Join(snapshotDir(cfg), snap.ID, "disk.img")); err != nil {
 		t.Errorf("snapshot files: %v", err)
 	}
-	if r := src.sh("echo after > /home/user/state.txt; echo running"); r.stdout != "running\n" {
-		t.Errorf("source after snapshot: %q", r.stdout)
+	if r := src.Sh("echo after > /home/user/state.txt; echo running"); r.Stdout != "running\n" {
+		t.Errorf("source after snapshot: %q", r.Stdout)
 	}
 
 	t0 = time.Now()
@@ -73,35 +73,35 @@ func TestSnapshot(t *testing.T) {
 	b := create(t, m1, sandbox.CreateOptions{Snapshot: "s1", AutoPause: true})
 	var wg sync.WaitGroup
 	for _, e := range []*env{src, a, b} {
-		wg.Go(func() { attachCounter(t, e.agent, pid) })
+		wg.Go(func() { attachCounter(t, e.Agent, pid) })
 	}
 	wg.Wait()
 	for _, c := range []struct {
 		e *env
 		x string
 	}{{a, "a"}, {b, "src"}} {
-		sb := c.e.sb
-		if sb.Template != "base" || sb.Metadata["k"] != "v" || sb.Limits != src.sb.Limits || sb.ID == src.sb.ID {
+		sb := c.e.SB
+		if sb.Template != "base" || sb.Metadata["k"] != "v" || sb.Limits != src.SB.Limits || sb.ID == src.SB.ID {
 			t.Errorf("sandbox from snapshot: %+v", sb)
 		}
 		want := fmt.Sprintf("before\n%s\n%s\n%s\n", c.x, sb.ID, sb.ID)
-		if r := c.e.sh("cat /home/user/state.txt; echo $X; hostname; echo $KILN_SANDBOX_ID"); r.stdout != want {
-			t.Errorf("sandbox %s from snapshot sees %q, want %q", sb.ID, r.stdout, want)
+		if r := c.e.Sh("cat /home/user/state.txt; echo $X; hostname; echo $KILN_SANDBOX_ID"); r.Stdout != want {
+			t.Errorf("sandbox %s from snapshot sees %q, want %q", sb.ID, r.Stdout, want)
 		}
 	}
-	if !b.sb.AutoPause || a.sb.AutoPause {
-		t.Errorf("auto_pause: %v %v", a.sb.AutoPause, b.sb.AutoPause)
+	if !b.SB.AutoPause || a.SB.AutoPause {
+		t.Errorf("auto_pause: %v %v", a.SB.AutoPause, b.SB.AutoPause)
 	}
-	a.sh("echo a > /home/user/mine")
-	if r := b.sh("cat /home/user/mine 2>&1; cat /home/user/state.txt"); r.stdout != "cat: /home/user/mine: No such file or directory\nbefore\n" {
-		t.Errorf("sandboxes from one snapshot did not diverge: %q", r.stdout)
+	a.Sh("echo a > /home/user/mine")
+	if r := b.Sh("cat /home/user/mine 2>&1; cat /home/user/state.txt"); r.Stdout != "cat: /home/user/mine: No such file or directory\nbefore\n" {
+		t.Errorf("sandboxes from one snapshot did not diverge: %q", r.Stdout)
 	}
-	if r := src.sh("cat /home/user/state.txt; ls /home/user/mine 2>/dev/null"); r.stdout != "after\n" {
-		t.Errorf("source sees %q", r.stdout)
+	if r := src.Sh("cat /home/user/state.txt; ls /home/user/mine 2>/dev/null"); r.Stdout != "after\n" {
+		t.Errorf("source sees %q", r.Stdout)
 	}
 
 	// The snapshot outlives its source and a restart of kiln serve.
-	if err := m1.Kill(ctx, src.sb.ID); err != nil {
+	if err := m1.Kill(ctx, src.SB.ID); err != nil {
 		t.Fatal(err)
 	}
 	m1.Close()
@@ -112,8 +112,8 @@ func TestSnapshot(t *testing.T) {
 		t.Fatalf("snapshots after restart: %+v %v", snaps, err)
 	}
 	c := create(t, m2, sandbox.CreateOptions{Snapshot: "s1"})
-	if r := c.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
-		t.Errorf("sandbox from snapshot after restart: %q", r.stdout)
+	if r := c.Sh("cat /home/user/state.txt"); r.Stdout != "before\n" {
+		t.Errorf("sandbox from snapshot after restart: %q", r.Stdout)
 	}
 
 	if err := m2.DeleteSnapshot(ctx, "", "s1"); err != nil {
@@ -136,8 +136,8 @@ func TestSnapshot(t *testing.T) {
 	if _, err := m2.Create(ctx, sandbox.CreateOptions{Snapshot: "s1"}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("create from deleted snapshot: %v", err)
 	}
-	if r := c.sh("cat /home/user/state.txt"); r.stdout != "before\n" {
-		t.Errorf("sandbox after its snapshot was deleted: %q", r.stdout)
+	if r := c.Sh("cat /home/user/state.txt"); r.Stdout != "before\n" {
+		t.Errorf("sandbox after its snapshot was deleted: %q", r.Stdout)
 	}
 }
 
@@ -178,15 +178,15 @@ func TestSnapshotRefusals(t *testing.T) {
 	m := newManager(t, cfg)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Owner: "key_a"})
-	if _, err := m.Snapshot(ctx, src.sb.ID, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := m.Snapshot(ctx, src.SB.ID, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := m.Snapshot(ctx, src.sb.ID, "s1"); err != nil {
+	if _, err := m.Snapshot(ctx, src.SB.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	before := countState(t, m, cfg)
 	for name, want := range map[string]error{"s1": errdefs.ErrAlreadyExists, "s2": errdefs.ErrResourceExhausted} {
-		if _, err := m.Snapshot(ctx, src.sb.ID, name); !errors.Is(err, want) {
+		if _, err := m.Snapshot(ctx, src.SB.ID, name); !errors.Is(err, want) {
 			t.Errorf("snapshot %s: %v, want %v", name, err, want)
 		} else {
 			t.Logf("snapshot %s: %v", name, err)
@@ -221,7 +221,7 @@ func TestSnapshotRefusals(t *testing.T) {
 	cfg2.Limits.MaxSnapshotBytes = 1 << 20
 	m2 := newManager(t, cfg2)
 	src2 := create(t, m2, sandbox.CreateOptions{Runtime: "runsc"})
-	if _, err := m2.Snapshot(ctx, src2.sb.ID, "big"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := m2.Snapshot(ctx, src2.SB.ID, "big"); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("snapshot over the byte limit: %v", err)
 	} else {
 		t.Logf("over the byte limit: %v", err)
@@ -232,18 +232,18 @@ func TestSnapshotRefusals(t *testing.T) {
 
 	if _, err := exec.LookPath("runc"); err == nil {
 		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc", Owner: "key_a"})
-		if _, err := m.Snapshot(ctx, rc.sb.ID, "r"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := m.Snapshot(ctx, rc.SB.ID, "r"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("snapshot of runc sandbox: %v", err)
 		}
 	}
-	if _, err := m2.Pause(ctx, src2.sb.ID); err != nil {
+	if _, err := m2.Pause(ctx, src2.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.Snapshot(ctx, src2.sb.ID, "p"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := m2.Snapshot(ctx, src2.SB.ID, "p"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("snapshot of paused sandbox: %v", err)
 	}
-	if r := src.sh("echo ok"); r.stdout != "ok\n" {
-		t.Errorf("source after refusals: %q", r.stdout)
+	if r := src.Sh("echo ok"); r.Stdout != "ok\n" {
+		t.Errorf("source after refusals: %q", r.Stdout)
 	}
 }
 
@@ -259,7 +259,7 @@ func TestSnapshotDamaged(t *testing.T) {
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	var snaps []sandbox.Snapshot
 	for _, name := range []string{"missing", "corrupt", "gone", "kept"} {
-		s, err := m.Snapshot(ctx, src.sb.ID, name)
+		s, err := m.Snapshot(ctx, src.SB.ID, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,8 +289,8 @@ func TestSnapshotDamaged(t *testing.T) {
 	if got := settledState(t, m, cfg, before); got != before {
 		t.Errorf("failed creates left state: %s, was %s", got, before)
 	}
-	if r := src.sh("echo ok"); r.stdout != "ok\n" {
-		t.Errorf("source: %q", r.stdout)
+	if r := src.Sh("echo ok"); r.Stdout != "ok\n" {
+		t.Errorf("source: %q", r.Stdout)
 	}
 
 	// GC at start.
@@ -354,13 +354,13 @@ func TestSnapshotKernelState(t *testing.T) {
 	m1 := newManager(t, cfg)
 	ctx := context.Background()
 	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Template: "code-interpreter"})
-	if got := pyEval(t, src.agent, "x = 41\nx"); got != "41" {
+	if got := pyEval(t, src.Agent, "x = 41\nx"); got != "41" {
 		t.Fatalf("x in source: %q", got)
 	}
-	if _, err := m1.Snapshot(ctx, src.sb.ID, "kernel"); err != nil {
+	if _, err := m1.Snapshot(ctx, src.SB.ID, "kernel"); err != nil {
 		t.Fatal(err)
 	}
-	forks, err := m1.Fork(ctx, src.sb.ID, 1, sandbox.Quota{})
+	forks, err := m1.Fork(ctx, src.SB.ID, 1, sandbox.Quota{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,17 +376,17 @@ func TestSnapshotKernelState(t *testing.T) {
 		t.Errorf("x in fork after restart: %q", got)
 	}
 	c := create(t, m2, sandbox.CreateOptions{Snapshot: "kernel"})
-	if got := pyEval(t, c.agent, "x"); got != "41" {
+	if got := pyEval(t, c.Agent, "x"); got != "41" {
 		t.Errorf("x in sandbox from snapshot: %q", got)
 	}
 	// And in the source, through a pause and resume after the restart.
-	if _, err := m2.Pause(ctx, src.sb.ID); err != nil {
+	if _, err := m2.Pause(ctx, src.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.Resume(ctx, src.sb.ID); err != nil {
+	if _, err := m2.Resume(ctx, src.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := m2.Agent(src.sb.ID)
+	sa, err := m2.Agent(src.SB.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestSnapshotDiskFull(t *testing.T) {
 		t.Fatalf("mount: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	_, err := m.Snapshot(ctx, src.sb.ID, "full")
+	_, err := m.Snapshot(ctx, src.SB.ID, "full")
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("snapshot with a full disk: %v, want resource exhausted", err)
 	}
@@ -422,7 +422,7 @@ func TestSnapshotDiskFull(t *testing.T) {
 	if snaps, _ := m.Snapshots(ctx, ""); len(snaps) != 0 {
 		t.Errorf("failed snapshot left records: %+v", snaps)
 	}
-	if r := src.sh("echo alive"); r.stdout != "alive\n" {
-		t.Errorf("source after failed snapshot: %q", r.stdout)
+	if r := src.Sh("echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("source after failed snapshot: %q", r.Stdout)
 	}
 }

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
@@ -66,33 +64,6 @@ func newLoggedManager(t *testing.T, cfg sandbox.Config, rts map[string]oci.Runti
 	return m, lb
 }
 
-// py runs Python in the sandbox's default context and returns its stdout
-// and main result (text/plain).
-func (e *env) py(code string) (stdout, result string) {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var failed *api.ExecutionError
-	_, err := e.agent.Execute(ctx, wire.ExecuteParams{Language: "python", Code: code}, func(ev api.Event) error {
-		switch {
-		case ev.Type == api.EventStdout:
-			stdout += string(ev.Data)
-		case ev.Result != nil && ev.Result.IsMainResult:
-			result = ev.Result.Data["text/plain"]
-		case ev.ExecutionError != nil:
-			failed = ev.ExecutionError
-		}
-		return nil
-	})
-	if err == nil && failed != nil {
-		err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
-	}
-	if err != nil {
-		e.t.Fatalf("executing %q: %v", code, err)
-	}
-	return stdout, result
-}
-
 // pandasLoaded is Python that tells whether pandas was imported before
 // it (a warm kernel), without importing it.
 const pandasLoaded = `'pandas' in __import__('sys').modules`
@@ -133,37 +104,37 @@ func TestWarmTemplate(t *testing.T) {
 		t.Errorf("%d of 2 creates restored the warm checkpoint", n)
 	}
 	for i, e := range es {
-		if _, r := e.py(pandasLoaded); r != "True" {
+		if _, r := e.Py(pandasLoaded); r != "True" {
 			t.Errorf("sandbox %d: pandas loaded = %s, want True (a warm kernel)", i, r)
 		}
-		if _, r := e.py("1+1"); r != "2" {
+		if _, r := e.Py("1+1"); r != "2" {
 			t.Errorf("sandbox %d: 1+1 = %q", i, r)
 		}
 		want := fmt.Sprint("sandbox-", i)
-		if out, _ := e.py(`import os; print(os.environ.get("WHO"), os.environ.get("KILN_SANDBOX_ID"))`); out != want+" "+e.sb.ID.String()+"\n" {
-			t.Errorf("sandbox %d: kernel env WHO, KILN_SANDBOX_ID = %q, want %s %s", i, out, want, e.sb.ID)
+		if out, _ := e.Py(`import os; print(os.environ.get("WHO"), os.environ.get("KILN_SANDBOX_ID"))`); out != want+" "+e.SB.ID.String()+"\n" {
+			t.Errorf("sandbox %d: kernel env WHO, KILN_SANDBOX_ID = %q, want %s %s", i, out, want, e.SB.ID)
 		}
-		if r := e.sh(`echo "$WHO $KILN_SANDBOX_ID $(hostname)"`); r.stdout != fmt.Sprintf("%s %s %s\n", want, e.sb.ID, e.sb.ID) {
-			t.Errorf("sandbox %d: command sees %q", i, r.stdout)
+		if r := e.Sh(`echo "$WHO $KILN_SANDBOX_ID $(hostname)"`); r.Stdout != fmt.Sprintf("%s %s %s\n", want, e.SB.ID, e.SB.ID) {
+			t.Errorf("sandbox %d: command sees %q", i, r.Stdout)
 		}
 	}
-	es[0].py("secret = 41")
-	if _, r := es[1].py("'secret' in globals()"); r != "False" {
+	es[0].Py("secret = 41")
+	if _, r := es[1].Py("'secret' in globals()"); r != "False" {
 		t.Errorf("a variable set in one warm sandbox is visible in another: %s", r)
 	}
-	if _, r := es[0].py("secret + 1"); r != "42" {
+	if _, r := es[0].Py("secret + 1"); r != "42" {
 		t.Errorf("secret + 1 = %q", r)
 	}
 	// Each restore reseeds: the "random" numbers differ.
-	_, r0 := es[0].py("import random; random.random()")
-	_, r1 := es[1].py("import random; random.random()")
+	_, r0 := es[0].Py("import random; random.random()")
+	_, r1 := es[1].Py("import random; random.random()")
 	if r0 == r1 {
 		t.Errorf("two warm sandboxes drew the same random number %s", r0)
 	}
 	// A file written in one is not in the other.
-	es[0].sh("echo mine > /home/user/f.txt")
-	if r := es[1].sh("cat /home/user/f.txt"); r.exit.Code == 0 {
-		t.Errorf("file written in one warm sandbox is in another: %q", r.stdout)
+	es[0].Sh("echo mine > /home/user/f.txt")
+	if r := es[1].Sh("cat /home/user/f.txt"); r.Exit.Code == 0 {
+		t.Errorf("file written in one warm sandbox is in another: %q", r.Stdout)
 	}
 }
 
@@ -184,10 +155,10 @@ func TestWarmFallsBackToCold(t *testing.T) {
 		if !strings.Contains(logs.String(), "booting cold") || !strings.Contains(logs.String(), reason) {
 			t.Errorf("no log line saying why the create booted cold (%q)", reason)
 		}
-		if _, r := e.py(pandasLoaded); r != "False" {
+		if _, r := e.Py(pandasLoaded); r != "False" {
 			t.Errorf("pandas loaded = %s in a cold kernel", r)
 		}
-		if out, r := e.py(`import os; print(os.environ["WHO"]); 1+1`); r != "2" || out != "cold\n" {
+		if out, r := e.Py(`import os; print(os.environ["WHO"]); 1+1`); r != "2" || out != "cold\n" {
 			t.Errorf("cold kernel: %q %q", out, r)
 		}
 	}
@@ -278,7 +249,7 @@ func TestWarmStartAndReady(t *testing.T) {
 	if !strings.Contains(logs.String(), `from="warm checkpoint"`) {
 		t.Fatal("the create did not restore the warm checkpoint")
 	}
-	if r := e.sh("cat /tmp/started; pgrep -f 'sleep 1000' >/dev/null && echo running"); r.stdout != "started\nrunning\n" {
-		t.Errorf("warm step's effects in the sandbox: %q %q", r.stdout, r.stderr)
+	if r := e.Sh("cat /tmp/started; pgrep -f 'sleep 1000' >/dev/null && echo running"); r.Stdout != "started\nrunning\n" {
+		t.Errorf("warm step's effects in the sandbox: %q %q", r.Stdout, r.Stderr)
 	}
 }

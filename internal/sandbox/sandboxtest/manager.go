@@ -116,10 +116,17 @@ func Create(t testing.TB, m *sandbox.Manager, opts sandbox.CreateOptions) *Box {
 	return &Box{t: t, M: m, SB: sb, Agent: a}
 }
 
+// Wrap is the Box of sandbox sb and its agent a (nil: none yet), for a
+// sandbox the test made otherwise (a fork, a restore, a re-adopted one).
+func Wrap(t testing.TB, m *sandbox.Manager, sb sandbox.Sandbox, a *sandbox.Agent) *Box {
+	return &Box{t: t, M: m, SB: sb, Agent: a}
+}
+
 // Result is a finished command.
 type Result struct {
 	Stdout, Stderr string
 	Exit           *api.ExitStatus
+	Events         []api.Event // the type and seq of each event
 }
 
 // Exec runs p to its end (60 s at most) and fails the test if the agent
@@ -138,7 +145,9 @@ func (b *Box) TryExec(p wire.ExecParams) (Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
+	var events []api.Event
 	exit, err := b.Agent.Exec(ctx, p, func(ev api.Event) error {
+		events = append(events, api.Event{Seq: ev.Seq, Type: ev.Type})
 		switch ev.Type {
 		case api.EventStdout:
 			out.Write(ev.Data)
@@ -147,7 +156,7 @@ func (b *Box) TryExec(p wire.ExecParams) (Result, error) {
 		}
 		return nil
 	})
-	return Result{Stdout: out.String(), Stderr: errb.String(), Exit: exit}, err
+	return Result{Stdout: out.String(), Stderr: errb.String(), Exit: exit, Events: events}, err
 }
 
 // Sh runs a shell command as the sandbox's user.
@@ -160,6 +169,33 @@ func (b *Box) Sh(cmd string) Result {
 func (b *Box) RootSh(cmd string) Result {
 	b.t.Helper()
 	return b.Exec(wire.ExecParams{Cmd: cmd, TimeoutMs: 60_000, User: wire.UserRoot})
+}
+
+// Py runs Python in the sandbox's default context and returns its stdout
+// and main result (text/plain).
+func (b *Box) Py(code string) (stdout, result string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var failed *api.ExecutionError
+	_, err := b.Agent.Execute(ctx, wire.ExecuteParams{Language: "python", Code: code}, func(ev api.Event) error {
+		switch {
+		case ev.Type == api.EventStdout:
+			stdout += string(ev.Data)
+		case ev.Result != nil && ev.Result.IsMainResult:
+			result = ev.Result.Data["text/plain"]
+		case ev.ExecutionError != nil:
+			failed = ev.ExecutionError
+		}
+		return nil
+	})
+	if err == nil && failed != nil {
+		err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
+	}
+	if err != nil {
+		b.t.Fatalf("executing %q: %v", code, err)
+	}
+	return stdout, result
 }
 
 // testWriter sends logs to the test's log.
