@@ -89,11 +89,11 @@ type Manager struct {
 
 // box is the live state of one sandbox.
 type box struct {
-	mu   sync.Mutex // serialises lifecycle changes of this sandbox
-	rec  Sandbox
-	dir  string
-	conn *channel.Conn
-	pids []int // the runtime's host processes, if this process started them
+	mu    sync.Mutex // serialises lifecycle changes of this sandbox
+	rec   Sandbox
+	dir   string
+	conn  *channel.Conn
+	procs *procs // the runtime's host processes, if this process started them
 }
 
 // NewManager prepares the state dir and the agent binary and, if
@@ -353,27 +353,17 @@ func (m *Manager) boot(ctx context.Context, b *box, rt oci.Runtime, tmpl *templa
 	if err := bundle.Write(); err != nil {
 		return nil, err
 	}
-	*undo = append(*undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	*undo = append(*undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.procs.get()) })
 	t1 := time.Now()
 	if err := m.start(ctx, rt, id, bundle); err != nil {
 		return nil, err
 	}
 
-	// Learn the runtime's processes (for reaping them later) while the
-	// agent starts up.
-	pidsc := make(chan []int, 1)
-	go func() {
-		var pids []int
-		if st, err := rt.State(ctx, id.String()); err == nil {
-			pids = append([]int{st.Pid}, st.HelperPids...)
-		}
-		pidsc <- pids
-	}()
+	b.procs = learnProcs(rt, id.String())
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	t2 := time.Now()
 	conn, err := connect(cctx, b.dir, true)
-	b.pids = <-pidsc
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
 	}
@@ -608,7 +598,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 	rt := m.runtimes[b.rec.Runtime]
 	var errs []error
 	if rt != nil {
-		errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.pids))
+		errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.procs.get()))
 	}
 	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, id))
 	if err := errors.Join(errs...); err != nil {

@@ -127,12 +127,12 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	// adopt then mounts the layer again). Only a power loss right after a
 	// pause loses it, and an fsync would add its time (about a second per
 	// GiB here) to every pause.
-	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.pids); err != nil {
+	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.procs.get()); err != nil {
 		// The image is complete; the container is half gone. Resume can
 		// still restore from the image once the container is deleted.
 		m.log.Error("deleting checkpointed container", "sandbox_id", id, "err", err)
 	}
-	b.pids = nil
+	b.procs = nil
 	return nil
 }
 
@@ -271,13 +271,12 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	if err != nil {
 		return fmt.Errorf("restoring container: %w", err)
 	}
-	pidsc := statePids(ctx, rt, id)
+	b.procs = learnProcs(rt, id)
 	// The agent may have been in the middle of a frame: Connect pads, and
 	// the agent resynchronises on the new session's preface.
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := connect(cctx, b.dir, false)
-	b.pids = <-pidsc
 	if err != nil {
 		return fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
 	}
@@ -307,19 +306,37 @@ func (m *Manager) removeLater(dir string) {
 	}()
 }
 
-// statePids asks the runtime for a container's host processes (for
-// reaping them later) in the background, as runsc state takes tens of
-// milliseconds; the caller collects them once its other work is done.
-func statePids(ctx context.Context, rt oci.Runtime, id string) <-chan []int {
-	c := make(chan []int, 1)
+// procs are the runtime's host processes of a container this process
+// started or restored, for reaping them at its destroy. They are learnt in
+// the background: runsc state takes 50-70 ms here, which no create or
+// resume should wait for.
+type procs struct {
+	done chan struct{}
+	pids []int
+}
+
+// learnProcs asks the runtime for container id's host processes.
+func learnProcs(rt oci.Runtime, id string) *procs {
+	p := &procs{done: make(chan struct{})}
 	go func() {
-		var pids []int
+		defer close(p.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		if st, err := rt.State(ctx, id); err == nil {
-			pids = append([]int{st.Pid}, st.HelperPids...)
+			p.pids = append([]int{st.Pid}, st.HelperPids...)
 		}
-		c <- pids
 	}()
-	return c
+	return p
+}
+
+// get returns the processes once they are known; nil if they are unknown
+// (p is nil, or the runtime could not say).
+func (p *procs) get() []int {
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	return p.pids
 }
 
 // openStdio opens the agent's FIFOs read-write (creating them if they are

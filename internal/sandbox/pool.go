@@ -439,7 +439,7 @@ func (m *Manager) discard(ctx context.Context, b *box) {
 	b.rec.State = StateStopped
 	var errs []error
 	if rt := m.runtimes[b.rec.Runtime]; rt != nil {
-		errs = append(errs, deleteContainer(ctx, rt, b.rec.ID, b.dir, b.pids))
+		errs = append(errs, deleteContainer(ctx, rt, b.rec.ID, b.dir, b.procs.get()))
 	}
 	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
 	if err := errors.Join(errs...); err != nil {

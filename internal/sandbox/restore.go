@@ -140,7 +140,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 	if err := bundle.Write(); err != nil {
 		return nil, err
 	}
-	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	undo = append(undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.procs.get()) })
 	files, err := openStdio(b.dir)
 	if err != nil {
 		return nil, err
@@ -152,11 +152,10 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 	if err != nil {
 		return nil, fmt.Errorf("restoring container: %w", err)
 	}
-	pidsc := statePids(ctx, rt, id.String())
+	b.procs = learnProcs(rt, id.String())
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	conn, err := connect(cctx, b.dir, false)
-	b.pids = <-pidsc
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
 	}

@@ -155,7 +155,7 @@ func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl 
 	if err := bundle.Write(); err != nil {
 		return nil, err
 	}
-	mine = append(mine, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.pids) })
+	mine = append(mine, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.procs.get()) })
 	files, err := openStdio(b.dir)
 	if err != nil {
 		return nil, err
@@ -168,9 +168,7 @@ func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl 
 	if err != nil {
 		return nil, fmt.Errorf("restoring warm checkpoint: %w", err)
 	}
-	if st, err := rt.State(ctx, id.String()); err == nil {
-		b.pids = append([]int{st.Pid}, st.HelperPids...)
-	}
+	b.procs = learnProcs(rt, id.String())
 	t2 := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
