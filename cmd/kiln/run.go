@@ -91,7 +91,7 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	timeout := fs.Duration("timeout", 10*time.Minute, "kill the command (and its children) after this long")
 	user := fs.String("user", wire.UserDefault, "run as user or root")
 	cwd := fs.String("cwd", "", "working directory (default: the user's home)")
-	lang := fs.String("lang", "", "run FILE as code in this language's interpreter (python, r, javascript, bash, go, rust, c, cpp, java)")
+	lang := fs.String("lang", "", "run FILE as code in this language's interpreter (python, r, javascript, typescript, bash, go, rust, c, cpp, java)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (templates)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}

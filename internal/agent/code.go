@@ -30,13 +30,14 @@ const defaultLanguage = "python"
 const eventChunk = 64 << 10
 
 // kernelFactories names the kernel of each canonical language: Jupyter
-// kernels for Python and R, the agent's own REPLs for JavaScript and Bash,
-// and compile-and-run for the compiled languages.
+// kernels for Python and R, the agent's own REPLs for JavaScript,
+// TypeScript and Bash, and compile-and-run for the compiled languages.
 func kernelFactories() map[string]kernel.Factory {
 	f := map[string]kernel.Factory{
 		"python":     jupyter.Python,
 		"r":          jupyter.R,
 		"javascript": repl.NewNode,
+		"typescript": repl.NewTypeScript,
 		"bash":       repl.NewBash,
 	}
 	for _, l := range oneshot.Languages() {

@@ -108,7 +108,7 @@ func checkLanguage(l string) (string, error) {
 		return defaultLanguage, nil
 	}
 	if !languageRE.MatchString(l) {
-		return "", invalid("language %q: want a name such as python, r, javascript, bash, go, rust, c, cpp or java", truncate(l, 32))
+		return "", invalid("language %q: want a name such as python, r, javascript, typescript, bash, go, rust, c, cpp or java", truncate(l, 32))
 	}
 	return l, nil
 }

@@ -101,7 +101,7 @@ func Base() *Recipe {
 
 // CodeInterpreter is the recipe of the code-interpreter template: the base
 // template plus Jupyter kernels for Python (with the usual data-science
-// libraries) and R, Node.js, and toolchains for Go, Rust, C, C++ and Java.
+// libraries) and R, Node.js with TypeScript, and toolchains for Go, Rust, C, C++ and Java.
 // Every package comes from Debian, so the build needs only the Debian
 // mirror. Matplotlib draws to the inline backend, so figures come back as
 // image/png results.
@@ -115,7 +115,9 @@ func CodeInterpreter() *Recipe {
 		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
 		"python3-openpyxl", "python3-requests",
 		// Other languages.
-		"nodejs", "r-base-core", "r-cran-irkernel", "openjdk-17-jdk-headless",
+		// node-typescript: the TypeScript kernel transpiles cells with it
+		// (node 18 cannot strip types itself).
+		"nodejs", "node-typescript", "r-base-core", "r-cran-irkernel", "openjdk-17-jdk-headless",
 		"golang-go", "rustc",
 		// gcc only recommends the C library headers; without recommends
 		// they must be named.

@@ -26,7 +26,7 @@ type Tool struct {
 
 // Languages are the code interpreter's languages (the code-interpreter
 // template has all of them).
-var Languages = []string{"python", "r", "javascript", "bash", "go", "rust", "c", "cpp", "java"}
+var Languages = []string{"python", "r", "javascript", "typescript", "bash", "go", "rust", "c", "cpp", "java"}
 
 func str(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
 

@@ -22,11 +22,11 @@ const DefaultOutputLimit = 16 << 20
 
 // Languages are the canonical language names, in the order error
 // messages list them.
-var Languages = []string{"python", "r", "javascript", "bash", "go", "rust", "c", "cpp", "java"}
+var Languages = []string{"python", "r", "javascript", "typescript", "bash", "go", "rust", "c", "cpp", "java"}
 
 var aliases = map[string]string{
 	"py": "python", "python3": "python",
-	"js": "javascript", "typescript": "javascript", "ts": "javascript", "node": "javascript",
+	"js": "javascript", "node": "javascript", "ts": "typescript",
 	"sh": "bash", "shell": "bash",
 	"c++": "cpp",
 }

@@ -49,7 +49,7 @@ func execute(t *testing.T, c *kernel.Contexts, id, code string, timeout time.Dur
 func TestCanonical(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"python", "python"}, {"py", "python"}, {"Python3", "python"}, {"r", "r"}, {"js", "javascript"},
-		{"ts", "javascript"}, {"node", "javascript"}, {"sh", "bash"}, {"shell", "bash"}, {"c++", "cpp"},
+		{"ts", "typescript"}, {"TypeScript", "typescript"}, {"node", "javascript"}, {"sh", "bash"}, {"shell", "bash"}, {"c++", "cpp"},
 		{"go", "go"}, {"rust", "rust"}, {"java", "java"}, {"c", "c"}, {"cobol", ""},
 	}
 	for _, tt := range tests {
@@ -58,7 +58,7 @@ func TestCanonical(t *testing.T) {
 			t.Errorf("Canonical(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
 		var ae *api.Error
-		if tt.want == "" && (!errors.As(err, &ae) || ae.Code != api.CodeInvalidArgument || !strings.Contains(ae.Message, "python, r, javascript")) {
+		if tt.want == "" && (!errors.As(err, &ae) || ae.Code != api.CodeInvalidArgument || !strings.Contains(ae.Message, "python, r, javascript, typescript")) {
 			t.Errorf("Canonical(%q) error %v", tt.in, err)
 		}
 	}

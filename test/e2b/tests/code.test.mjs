@@ -194,6 +194,14 @@ test('runCode runs JavaScript with language js', async () => {
   assert.equal(ex.text, '42')
 })
 
+test('runCode runs TypeScript with language ts, types and all', async () => {
+  const ex = await sbx.runCode('interface P { x: number }\nconst p: P = { x: 21 }\nfunction twice(n: number): number { return n * 2 }\ntwice(p.x)', { language: 'ts' })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, '42')
+  const again = await sbx.runCode('const q: number = twice(p.x) + 1\nq', { language: 'ts' })
+  assert.equal(again.text, '43')
+})
+
 test('runCode runs R and bash', async () => {
   // IRkernel shows values as display data, so they are results but not
   // the main result, as on E2B.
