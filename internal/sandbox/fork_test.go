@@ -158,7 +158,7 @@ func TestForkRejects(t *testing.T) {
 	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
 		t.Errorf("state dir after a failed fork: %v", ents)
 	}
-	if out, _ := exec.Command("losetup", "-a").Output(); bytes.Count(out, []byte(cfg.StateDir)) != 1 {
+	if out := settledLoops(cfg.StateDir, 1); bytes.Count(out, []byte(cfg.StateDir)) != 1 {
 		t.Errorf("loop devices after a failed fork:\n%s", out)
 	}
 	if r := src.Sh("echo ok"); r.Stdout != "ok\n" {

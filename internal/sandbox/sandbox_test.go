@@ -155,9 +155,24 @@ func assertNothingLeft(t *testing.T, cfg sandbox.Config, id sandbox.ID, pid int)
 			t.Errorf("%s state left behind", rt)
 		}
 	}
-	out, _ := exec.Command("losetup", "-a").Output()
-	if bytes.Contains(out, []byte(id)) {
+	if out := settledLoops(id.String(), 0); bytes.Contains(out, []byte(id)) {
 		t.Errorf("loop devices left behind:\n%s", grepLines(out, string(id)))
+	}
+}
+
+// settledLoops returns `losetup -a` once it names s want times, or after
+// 15 s. A layer's loop device clears itself (autoclear) when its last
+// mount goes, and a process that copied the host's mounts while the layer
+// was mounted (any sandbox or namespace starting meanwhile, also in
+// other test packages) holds one until it lets go.
+func settledLoops(s string, want int) []byte {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		out, _ := exec.Command("losetup", "-a").Output()
+		if bytes.Count(out, []byte(s)) == want || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
