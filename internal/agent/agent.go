@@ -83,7 +83,7 @@ func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, 
 	case wire.MethodPing:
 		return wire.Pong{Agent: Version}, nil
 	case wire.MethodIdentify:
-		return call(params, func(p wire.IdentifyParams) (any, error) { return nil, s.identify(p) })
+		return call(params, func(p wire.IdentifyParams) (any, error) { return nil, s.identify(ctx, p) })
 	case wire.MethodExec:
 		return call(params, func(p wire.ExecParams) (any, error) { return s.exec(ctx, st, p) })
 	case wire.MethodAttach:

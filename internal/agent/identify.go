@@ -1,8 +1,11 @@
 package agent
 
 import (
+	"cmp"
+	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
@@ -14,8 +17,9 @@ const sandboxIDVar = "KILN_SANDBOX_ID"
 
 // identify takes on the identity the host gives a restored agent: its
 // sandbox id and environment replace the ones of the sandbox that was
-// checkpointed, for processes and contexts started from now on.
-func (s *Server) identify(p wire.IdentifyParams) error {
+// checkpointed, for processes and contexts started from now on. Then
+// p.Then is queued in its language's default context.
+func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	if p.SandboxID == "" || strings.ContainsAny(p.SandboxID, "=\x00") {
 		return &api.Error{Code: api.CodeInvalidArgument, Message: "identify: invalid sandbox id"}
 	}
@@ -35,7 +39,22 @@ func (s *Server) identify(p wire.IdentifyParams) error {
 	if old != p.SandboxID {
 		s.log.Info("agent now serves another sandbox", "was", old, "sandbox_id", p.SandboxID)
 	}
-	return nil
+	if p.Then == nil {
+		return nil
+	}
+	o, err := s.kernelOptions("", "", nil)
+	if err != nil {
+		return err
+	}
+	c, err := s.contexts.Default(cmp.Or(p.Then.Language, defaultLanguage), o)
+	if err != nil {
+		return err
+	}
+	return s.contexts.Queue(ctx, c.ID, p.Then.Code, time.Duration(p.Then.TimeoutMs)*time.Millisecond, func(err error) {
+		if err != nil {
+			s.log.Warn("the code identify queued failed", "sandbox_id", p.SandboxID, "language", c.Language, "err", err)
+		}
+	})
 }
 
 // baseEnv is what processes and kernels inherit: the sandbox's

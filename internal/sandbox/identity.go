@@ -23,11 +23,14 @@ const identifyTimeout = 10 * time.Second
 // An agent too old to know the call (a checkpoint from an earlier kiln)
 // answers invalid_argument; that is logged and tolerated, the sandbox then
 // keeps the checkpoint's environment.
-func (m *Manager) identify(ctx context.Context, conn *channel.Conn, rec Sandbox) error {
+//
+// then, if not nil, is code the agent runs next in its language's default
+// context (see warmKernelCode), without this call waiting for it.
+func (m *Manager) identify(ctx context.Context, conn *channel.Conn, rec Sandbox, then *wire.ExecuteParams) error {
 	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
 	defer cancel()
 	a := &Agent{conn: conn}
-	err := a.Identify(ctx, wire.IdentifyParams{SandboxID: rec.ID.String(), Env: rec.Env})
+	err := a.Identify(ctx, wire.IdentifyParams{SandboxID: rec.ID.String(), Env: rec.Env, Then: then})
 	if errors.Is(err, errdefs.ErrInvalidArgument) {
 		m.log.Warn("restored agent does not take a new identity; it keeps the checkpoint's environment",
 			"sandbox_id", rec.ID, "agent", conn.Agent().Agent, "err", err)

@@ -334,10 +334,7 @@ func (m *Manager) claim(ctx context.Context, want Sandbox, tmpl *template.Templa
 		return fail(fmt.Errorf("recording sandbox: %w", err))
 	}
 	if !maps.Equal(oldEnv, rec.Env) {
-		if err := m.identify(ctx, conn, rec); err != nil {
-			return fail(err)
-		}
-		if err := warmKernelEnv(ctx, &Agent{conn: conn}, tmpl.Warm, rec, false); err != nil {
+		if err := m.identify(ctx, conn, rec, warmKernelCode(tmpl.Warm, rec, false)); err != nil {
 			return fail(err)
 		}
 	}

@@ -178,24 +178,21 @@ func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl 
 	}
 	mine = append(mine, func(context.Context) error { return conn.Close() })
 	t3 := time.Now()
-	if err := m.identify(ctx, conn, b.rec); err != nil {
-		return nil, err
-	}
-	t4 := time.Now()
-	if err := warmKernelEnv(ctx, &Agent{conn: conn}, tmpl.Warm, b.rec, true); err != nil {
+	if err := m.identify(ctx, conn, b.rec, warmKernelCode(tmpl.Warm, b.rec, true)); err != nil {
 		return nil, err
 	}
 	m.log.Debug("sandbox restored from warm checkpoint", "sandbox_id", id, "layer", t1.Sub(t0), "restore", t2.Sub(t1),
-		"connect", t3.Sub(t2), "identify", t4.Sub(t3), "kernel_env", time.Since(t4))
+		"connect", t3.Sub(t2), "identify", time.Since(t3))
 	return conn, nil
 }
 
-// warmKernelEnv gives the kernel that the warm step started (running since
-// the checkpoint, so identify does not reach it) the sandbox's id and env,
-// and with reseed new random seeds: every restore of a checkpoint would
-// otherwise draw the same "random" numbers. Only Python kernels are warmed
-// this way today; other languages' kernels are left as they are.
-func warmKernelEnv(ctx context.Context, a *Agent, w *template.Warm, rec Sandbox, reseed bool) error {
+// warmKernelCode is the code that gives the kernel the warm step started
+// (running since the checkpoint, so identify's env does not reach it) the
+// sandbox's id and env, and with reseed new random seeds: every restore of
+// a checkpoint would otherwise draw the same "random" numbers. Only Python
+// kernels are warmed this way today (nil for other templates); other
+// languages' kernels are left as they are.
+func warmKernelCode(w *template.Warm, rec Sandbox, reseed bool) *wire.ExecuteParams {
 	if w == nil || w.Code == "" || w.Language != "python" {
 		return nil
 	}
@@ -208,12 +205,7 @@ func warmKernelEnv(ctx context.Context, a *Agent, w *template.Warm, rec Sandbox,
 	if reseed {
 		code += "\n" + `(lambda sys: (__import__("random").seed(), sys.modules["numpy"].random.seed() if "numpy" in sys.modules else None) and None)(__import__("sys"))`
 	}
-	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
-	defer cancel()
-	if err := runCode(ctx, a, wire.ExecuteParams{Language: w.Language, Code: code}); err != nil {
-		return fmt.Errorf("setting the warm kernel's environment: %w", err)
-	}
-	return nil
+	return &wire.ExecuteParams{Language: w.Language, Code: code, TimeoutMs: identifyTimeout.Milliseconds()}
 }
 
 // runCode executes code and returns its exception, if any, as an error.

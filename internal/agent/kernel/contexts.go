@@ -286,17 +286,59 @@ func (c *Contexts) Close() error {
 // execution.
 func (c *Contexts) Execute(ctx context.Context, id, code string, env map[string]string, timeout time.Duration,
 	emit func(api.Event) error) (int, error) {
-	e, err := c.get(id)
+	e, err := c.take(ctx, id)
 	if err != nil {
 		return 0, err
 	}
+	defer func() { <-e.turn }()
+	return c.execute(ctx, e, code, env, timeout, emit)
+}
+
+// Queue runs code in a context after the executions queued before it and
+// before any queued after Queue returns, without waiting for it: it takes
+// the context's turn now and runs code in the background, then calls done
+// with its error (an exception in the code is one). Its output is
+// discarded.
+func (c *Contexts) Queue(ctx context.Context, id, code string, timeout time.Duration, done func(error)) error {
+	e, err := c.take(ctx, id)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer func() { <-e.turn }()
+		var failed *api.ExecutionError
+		_, err := c.execute(context.Background(), e, code, nil, timeout, func(ev api.Event) error {
+			if ev.ExecutionError != nil {
+				failed = ev.ExecutionError
+			}
+			return nil
+		})
+		if err == nil && failed != nil {
+			err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
+		}
+		done(err)
+	}()
+	return nil
+}
+
+// take waits for context id's turn and returns the context; the caller
+// gives the turn back with <-e.turn.
+func (c *Contexts) take(ctx context.Context, id string) (*entry, error) {
+	e, err := c.get(id)
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case e.turn <- struct{}{}:
+		return e, nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return nil, ctx.Err()
 	}
-	defer func() { <-e.turn }()
+}
 
+// execute is Execute for a caller that has the context's turn.
+func (c *Contexts) execute(ctx context.Context, e *entry, code string, env map[string]string, timeout time.Duration,
+	emit func(api.Event) error) (int, error) {
 	k, gen, err := c.ready(ctx, e)
 	if err != nil {
 		return 0, err

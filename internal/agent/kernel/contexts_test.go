@@ -174,3 +174,38 @@ func TestContexts(t *testing.T) {
 		}
 	})
 }
+
+// Queue returns at once, yet its code runs before any execution sent
+// after it; its failure reaches done, its output nobody.
+func TestQueue(t *testing.T) {
+	c, o := newContexts(t)
+	ctx := context.Background()
+	a, err := c.Default("python", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 2)
+	if err := c.Queue(ctx, a.ID, "import time; time.sleep(0.3); print('hidden'); queued = 1", time.Minute, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Queue waited for its code: %v", err)
+	default:
+	}
+	if out, _, err := execute(t, c, a.ID, "print(queued)", 0); err != nil || out != "1\n" {
+		t.Errorf("execution after Queue: %q %v", out, err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("queued code: %v", err)
+	}
+	if err := c.Queue(ctx, a.ID, "raise ValueError('boom')", time.Minute, func(err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "ValueError: boom") {
+		t.Errorf("failing queued code: %v", err)
+	}
+	if err := c.Queue(ctx, "nope", "1", 0, func(error) {}); err == nil {
+		t.Error("Queue into a missing context succeeded")
+	}
+}

@@ -72,6 +72,12 @@ const (
 type IdentifyParams struct {
 	SandboxID string            `json:"sandbox_id"`
 	Env       map[string]string `json:"env,omitempty"`
+	// Then is code for the default context of its language (its
+	// ContextID and Env are ignored) that runs after the call, before
+	// any execution sent after it, without the call waiting for it: the
+	// host gives a kernel running since the checkpoint the new identity
+	// this way. Its output is discarded; the agent logs its failure.
+	Then *ExecuteParams `json:"then,omitempty"`
 }
 
 // ListBatch is the most entries one MethodList event carries.
