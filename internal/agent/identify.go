@@ -50,11 +50,22 @@ func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	if err != nil {
 		return err
 	}
-	return s.contexts.Queue(ctx, c.ID, p.Then.Code, time.Duration(p.Then.TimeoutMs)*time.Millisecond, func(err error) {
-		if err != nil {
+	ran := make(chan error, 1)
+	err = s.contexts.Queue(ctx, c.ID, p.Then.Code, time.Duration(p.Then.TimeoutMs)*time.Millisecond, func(err error) {
+		if err != nil && !p.Wait {
 			s.log.Warn("the code identify queued failed", "sandbox_id", p.SandboxID, "language", c.Language, "err", err)
 		}
+		ran <- err
 	})
+	if err != nil || !p.Wait {
+		return err
+	}
+	select {
+	case err := <-ran:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // baseEnv is what processes and kernels inherit: the sandbox's

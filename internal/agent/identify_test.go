@@ -2,6 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kiln-sh/kiln/api"
@@ -39,5 +43,44 @@ func TestIdentify(t *testing.T) {
 	}
 	if got := h.exec(wire.ExecParams{Cmd: show}).output(api.EventStdout); got != "forkbox02 none 2 fork\nKILN_SANDBOX_ID\n" {
 		t.Errorf("after refused identifies: %q", got)
+	}
+}
+
+// identify's Then runs in the language's default context before anything
+// sent after the call; with Wait the call returns after it, with its error.
+func TestIdentifyThen(t *testing.T) {
+	h := newCodeHarness(t)
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "identify-then-") // the kernel runs as the sandbox's user
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	mark := filepath.Join(dir, "then-ran")
+	slow := &wire.ExecuteParams{Language: "python", Code: fmt.Sprintf("import time; time.sleep(2); open(%q, 'w').close(); step = 'then'", mark)}
+	if err := h.conn.Invoke(ctx, wire.MethodIdentify, wire.IdentifyParams{SandboxID: "box1", Then: slow}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("identify without Wait waited for Then")
+	}
+	r := h.execute(wire.ExecuteParams{Language: "python", Code: "print(step)"})
+	if r.err != nil || r.output(api.EventStdout) != "then\n" {
+		t.Errorf("execution after identify: %q %v", r.output(api.EventStdout), r.err)
+	}
+
+	fail := &wire.ExecuteParams{Language: "python", Code: "raise ValueError('boom')"}
+	if err := h.conn.Invoke(ctx, wire.MethodIdentify, wire.IdentifyParams{SandboxID: "box1", Then: fail}, nil); err != nil {
+		t.Errorf("identify without Wait reported Then's failure: %v", err)
+	}
+	err = h.conn.Invoke(ctx, wire.MethodIdentify, wire.IdentifyParams{SandboxID: "box1", Then: fail, Wait: true}, nil)
+	if err == nil || !strings.Contains(err.Error(), "ValueError: boom") {
+		t.Errorf("identify with Wait and a failing Then: %v", err)
+	}
+	if err := h.conn.Invoke(ctx, wire.MethodIdentify, wire.IdentifyParams{SandboxID: "box1", Then: &wire.ExecuteParams{Language: "cobol"}}, nil); errCode(err) != api.CodeInvalidArgument {
+		t.Errorf("identify with Then in an unknown language: %v", err)
 	}
 }

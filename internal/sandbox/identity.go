@@ -25,12 +25,13 @@ const identifyTimeout = 10 * time.Second
 // keeps the checkpoint's environment.
 //
 // then, if not nil, is code the agent runs next in its language's default
-// context (see warmKernelCode), without this call waiting for it.
-func (m *Manager) identify(ctx context.Context, conn *channel.Conn, rec Sandbox, then *wire.ExecuteParams) error {
+// context (see warmKernelCode); with wait the call returns once it ran,
+// else at once (it still runs before anything sent afterwards).
+func (m *Manager) identify(ctx context.Context, conn *channel.Conn, rec Sandbox, then *wire.ExecuteParams, wait bool) error {
 	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
 	defer cancel()
 	a := &Agent{conn: conn}
-	err := a.Identify(ctx, wire.IdentifyParams{SandboxID: rec.ID.String(), Env: rec.Env, Then: then})
+	err := a.Identify(ctx, wire.IdentifyParams{SandboxID: rec.ID.String(), Env: rec.Env, Then: then, Wait: wait && then != nil})
 	if errors.Is(err, errdefs.ErrInvalidArgument) {
 		m.log.Warn("restored agent does not take a new identity; it keeps the checkpoint's environment",
 			"sandbox_id", rec.ID, "agent", conn.Agent().Agent, "err", err)

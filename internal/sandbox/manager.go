@@ -307,7 +307,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
-	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, &undo)
+	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, false, &undo)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -334,7 +334,7 @@ func (m *Manager) claim(ctx context.Context, want Sandbox, tmpl *template.Templa
 		return fail(fmt.Errorf("recording sandbox: %w", err))
 	}
 	if !maps.Equal(oldEnv, rec.Env) {
-		if err := m.identify(ctx, conn, rec, warmKernelCode(tmpl.Warm, rec, false)); err != nil {
+		if err := m.identify(ctx, conn, rec, warmKernelCode(tmpl.Warm, rec, false), false); err != nil {
 			return fail(err)
 		}
 	}
@@ -416,7 +416,7 @@ func (m *Manager) hiddenBox(ctx context.Context, tmpl *template.Template, rt oci
 		return nil, fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	conn, _, err := m.launch(ctx, b, rt, tmpl, warm, &undo)
+	conn, _, err := m.launch(ctx, b, rt, tmpl, warm, warm, &undo)
 	if err != nil {
 		return nil, err
 	}

@@ -160,7 +160,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 		return nil, fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
 	}
 	undo = append(undo, func(context.Context) error { return conn.Close() })
-	if err := m.identify(ctx, conn, b.rec, nil); err != nil {
+	if err := m.identify(ctx, conn, b.rec, nil, false); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

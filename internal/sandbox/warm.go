@@ -100,7 +100,11 @@ func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limi
 // each. With tryWarm it restores tmpl's warm checkpoint when there is a
 // usable one; otherwise (or if that fails) it boots the agent. It reports
 // which it did.
-func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm bool, undo *[]func(context.Context) error) (_ *channel.Conn, warm bool, _ error) {
+//
+// settle makes a warm restore return only once the warm kernel has its new
+// env and seeds (pool fills, whose sandbox should be ready when claimed);
+// otherwise that step runs while the caller goes on.
+func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm, settle bool, undo *[]func(context.Context) error) (_ *channel.Conn, warm bool, _ error) {
 	log := m.log.With("sandbox_id", b.rec.ID, "template", tmpl.Name)
 	if !tryWarm {
 		conn, err := m.boot(ctx, b, rt, tmpl, undo)
@@ -113,7 +117,7 @@ func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *temp
 		c, why = nil, "networked sandboxes boot cold"
 	}
 	if c != nil {
-		conn, err := m.restoreWarm(ctx, b, rt, tmpl, c, undo)
+		conn, err := m.restoreWarm(ctx, b, rt, tmpl, c, settle, undo)
 		if err == nil {
 			return conn, true, nil
 		}
@@ -134,7 +138,7 @@ func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *temp
 // new FIFOs, a session and the identify call that gives the agent b's id
 // and env. On failure it leaves b's dir empty; on success it pushes its
 // undo steps.
-func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, c *template.Checkpoint, undo *[]func(context.Context) error) (_ *channel.Conn, err error) {
+func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, c *template.Checkpoint, settle bool, undo *[]func(context.Context) error) (_ *channel.Conn, err error) {
 	var mine []func(context.Context) error
 	mine = append(mine, func(context.Context) error { return clearDir(b.dir) })
 	defer func() {
@@ -178,7 +182,7 @@ func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl 
 	}
 	mine = append(mine, func(context.Context) error { return conn.Close() })
 	t3 := time.Now()
-	if err := m.identify(ctx, conn, b.rec, warmKernelCode(tmpl.Warm, b.rec, true)); err != nil {
+	if err := m.identify(ctx, conn, b.rec, warmKernelCode(tmpl.Warm, b.rec, true), settle); err != nil {
 		return nil, err
 	}
 	m.log.Debug("sandbox restored from warm checkpoint", "sandbox_id", id, "layer", t1.Sub(t0), "restore", t2.Sub(t1),

@@ -78,6 +78,9 @@ type IdentifyParams struct {
 	// host gives a kernel running since the checkpoint the new identity
 	// this way. Its output is discarded; the agent logs its failure.
 	Then *ExecuteParams `json:"then,omitempty"`
+	// Wait makes the call return once Then has run; its failure is then
+	// the call's.
+	Wait bool `json:"wait,omitempty"`
 }
 
 // ListBatch is the most entries one MethodList event carries.
