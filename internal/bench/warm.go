@@ -189,6 +189,6 @@ func (r *WarmResult) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "| pool of 1, create request with an env var | %s | %s | %s | %s | |\n",
 		ms(r.PoolEnv.P50), ms(r.PoolEnv.P95), ms(r.PoolEnvFirst.P50), ms(r.PoolEnvFirst.P95))
 	fmt.Fprintf(w, "\nPool hit rate %.0f %% (the bench waits for the refill, a restore of the checkpoint, before each create). ", 100*r.PoolHitRate)
-	fmt.Fprintf(w, "A claim records the sandbox; with env in the request it also calls the agent's identify and sets "+
-		"`os.environ` in the warm kernel (one silent-ish execution), which is most of its cost.\n")
+	fmt.Fprintf(w, "A claim records the sandbox; with env in the request it also calls the agent's identify, which "+
+		"queues the warm kernel's `os.environ` update ahead of the first execution (so the first `1+1` waits for it, the create does not).\n")
 }
