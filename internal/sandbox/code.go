@@ -36,17 +36,17 @@ func (a *Agent) DeleteContext(ctx context.Context, id string) error {
 	return a.invoke(ctx, wire.MethodContextDelete, wire.ContextIDParams{ID: id}, nil)
 }
 
-// maxExecuteParams bounds the encoded ExecuteParams: one channel frame,
+// maxExecuteParams bounds the encoded ExecuteParams: one channel call,
 // less room for the call's envelope.
-const maxExecuteParams = channel.MaxPayload - 1024
+const maxExecuteParams = channel.MaxCall - 1024
 
 // Execute runs code in a context and streams its events (stdout, stderr,
 // result, execution_error, done) to emit until the execution ends, ctx is
 // done (the agent then interrupts the code; the context survives) or emit
 // fails. It returns the execution count.
 func (a *Agent) Execute(ctx context.Context, p wire.ExecuteParams, emit func(api.Event) error) (count int, err error) {
-	// The call travels in one channel frame; say so plainly rather than
-	// fail inside the channel.
+	// Say so plainly when the call is too big rather than fail inside the
+	// channel.
 	if b, err := json.Marshal(p); err == nil && len(b) > maxExecuteParams {
 		return 0, fmt.Errorf("code and env of %d bytes (JSON-encoded) exceed the agent call limit of %d bytes: %w", len(b), maxExecuteParams, errdefs.ErrInvalidArgument)
 	}

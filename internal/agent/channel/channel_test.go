@@ -3,8 +3,10 @@ package channel
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -44,6 +46,12 @@ func testHandler(ctx context.Context, st *Stream, method string, params json.Raw
 		var s string
 		_ = json.Unmarshal(params, &s)
 		return s, nil
+	case "digest": // the length and SHA-256 of a string
+		var s string
+		if err := json.Unmarshal(params, &s); err != nil {
+			return nil, err
+		}
+		return fmt.Sprintf("%d %x", len(s), sha256.Sum256([]byte(s))), nil
 	case "events":
 		var n int
 		_ = json.Unmarshal(params, &n)
@@ -348,5 +356,43 @@ func TestLargeEvents(t *testing.T) {
 	}
 	if _, err := st.Recv(ctx); err == nil || !strings.Contains(err.Error(), "exceeds the limit") {
 		t.Fatalf("oversized event: %v, want an error", err)
+	}
+}
+
+// Calls larger than a frame travel in pieces, interleaved with other
+// calls, up to MaxCall; a larger one is refused before anything is sent.
+func TestLargeCalls(t *testing.T) {
+	p := newPipes(t)
+	serve(t, p)
+	c := connect(t, p)
+	defer c.Close()
+	ctx := context.Background()
+	if !c.Agent().LargeCalls {
+		t.Fatal("agent does not say it takes large calls")
+	}
+	var wg sync.WaitGroup
+	for _, n := range []int{MaxPayload - 100, MaxPayload + 1, 3*MaxPayload + 7, MaxCall - 64} {
+		wg.Go(func() {
+			in := strings.Repeat(string(rune('a'+n%26)), n)
+			want := fmt.Sprintf("%d %x", len(in), sha256.Sum256([]byte(in)))
+			var out string
+			if err := c.Invoke(ctx, "digest", in, &out); err != nil || out != want {
+				t.Errorf("call of %d bytes: agent got %q, want %q (%v)", n, out, want, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.Invoke(ctx, "digest", strings.Repeat("z", MaxCall), nil); err == nil || !strings.Contains(err.Error(), "call limit") {
+		t.Errorf("call over MaxCall: %v", err)
+	}
+	var s string
+	if err := c.Invoke(ctx, "echo", "after", &s); err != nil || s != "after" {
+		t.Errorf("session after large calls: %q %v", s, err)
+	}
+
+	// An agent from before large calls gets none.
+	c.agent.LargeCalls = false
+	if err := c.Invoke(ctx, "digest", strings.Repeat("z", MaxPayload), nil); err == nil || !strings.Contains(err.Error(), "older") {
+		t.Errorf("large call to an older agent: %v", err)
 	}
 }

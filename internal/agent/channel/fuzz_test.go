@@ -121,6 +121,15 @@ func FuzzAgentInput(f *testing.F) {
 		record(frameCall, 1, `not json`, false),
 	}, nil))
 	f.Add(record(frameCall, 0, `{"method":"echo","params":`, false))
+	call := callPayload("digest", "a call in pieces")
+	f.Add(bytes.Join([][]byte{ // calls in pieces, interleaved, one never finished
+		record(frameCall, 4, call[:10], true),
+		record(frameCall, 5, call[:3], true),
+		record(frameCall, 4, call[10:], false),
+		record(frameCall, 5, call[3:], true),
+		record(frameHello, 0, string(hello), false),
+		record(frameCall, 5, call, false),
+	}, nil))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := appendFrame(nil, Frame{Type: frameHello, Payload: hello})
 		in = append(in, framesFrom(data)...)

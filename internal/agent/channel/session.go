@@ -23,7 +23,18 @@ type Hello struct {
 	Session  string `json:"session"`
 	Protocol int    `json:"protocol"`
 	Agent    string `json:"agent,omitempty"` // the agent's build version
+	// LargeCalls: the agent reassembles calls sent in pieces (see
+	// MaxCall). Agents from before it (in older checkpoints) omit it.
+	LargeCalls bool `json:"large_calls,omitempty"`
 }
+
+// MaxCall bounds a call: its method and encoded params. A call larger
+// than MaxPayload travels in pieces (call frames flagged more, the last
+// one not), which the agent reassembles before it runs the call.
+const MaxCall = 16 << 20
+
+// maxPendingCalls bounds the calls an agent reassembles at once.
+const maxPendingCalls = 64
 
 type call struct {
 	Method string          `json:"method"`
@@ -234,8 +245,11 @@ func (c *Conn) Call(ctx context.Context, method string, params any) (*Stream, er
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > MaxPayload {
-		return nil, fmt.Errorf("%s call of %d bytes exceeds the frame limit", method, len(b))
+	switch {
+	case len(b) > MaxCall:
+		return nil, fmt.Errorf("%s call of %d bytes exceeds the call limit of %d bytes", method, len(b), MaxCall)
+	case len(b) > MaxPayload && !c.agent.LargeCalls:
+		return nil, fmt.Errorf("%s call of %d bytes exceeds the frame limit of %d bytes of this (older) agent", method, len(b), MaxPayload)
 	}
 	st := newStream(c.s, c.nextID.Add(1), context.Background())
 	st.finalEnd = true
@@ -246,11 +260,16 @@ func (c *Conn) Call(ctx context.Context, method string, params any) (*Stream, er
 		c.s.remove(st)
 		return nil, ErrSessionClosed
 	}
-	if err := c.s.write(nil, Frame{Type: frameCall, Stream: st.id, Payload: b}); err != nil {
-		c.s.remove(st)
-		return nil, err
+	for {
+		n := min(len(b), MaxPayload)
+		if err := c.s.write(nil, Frame{Type: frameCall, Stream: st.id, Payload: b[:n], more: n < len(b)}); err != nil {
+			c.s.remove(st)
+			return nil, err
+		}
+		if b = b[n:]; len(b) == 0 {
+			return st, nil
+		}
 	}
-	return st, nil
 }
 
 // Invoke runs a unary method: it ignores any events and decodes the result
@@ -316,6 +335,7 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, agentVersion string, h
 	s := &session{w: w, streams: make(map[uint32]*Stream)}
 	fr := newFrameReader(r)
 	active := false
+	pending := map[uint32][]byte{} // calls being reassembled, by stream
 	errc := make(chan error, 1)
 	go func() {
 		for {
@@ -333,14 +353,32 @@ func Serve(ctx context.Context, r io.Reader, w io.Writer, agentVersion string, h
 				s.gen.Add(1)
 				s.cancelAll()
 				active = true
-				b, _ := json.Marshal(Hello{Session: hello.Session, Protocol: ProtocolVersion, Agent: agentVersion})
+				clear(pending)
+				b, _ := json.Marshal(Hello{Session: hello.Session, Protocol: ProtocolVersion, Agent: agentVersion, LargeCalls: true})
 				go s.write(nil, Frame{Type: frameHelloAck, Payload: b})
 			case frameCall:
 				if !active || s.lookup(f.Stream) != nil {
 					continue
 				}
+				payload := f.Payload
+				if buf, ok := pending[f.Stream]; ok || f.more {
+					if !ok && len(pending) >= maxPendingCalls {
+						continue
+					}
+					buf = append(buf, f.Payload...)
+					if len(buf) > MaxCall {
+						delete(pending, f.Stream)
+						continue
+					}
+					if f.more {
+						pending[f.Stream] = buf
+						continue
+					}
+					delete(pending, f.Stream)
+					payload = buf
+				}
 				var c call
-				if json.Unmarshal(f.Payload, &c) != nil {
+				if json.Unmarshal(payload, &c) != nil {
 					continue
 				}
 				st := newStream(s, f.Stream, ctx)

@@ -134,6 +134,11 @@ func startError(err error, name, dir string) error {
 		return apiErrorf(api.CodeInvalidArgument, "starting %s: invalid argument or environment (NUL byte?)", name)
 	case unix.ENOEXEC:
 		return apiErrorf(api.CodeInvalidArgument, "starting %s: not an executable format", name)
+	case unix.E2BIG, unix.ENAMETOOLONG:
+		// The kernel's limits: 128 KiB per argument or variable, and the
+		// stack's share for all of them.
+		return apiErrorf(api.CodeInvalidArgument, "starting %s: an argument or the environment is too long for the kernel (%v); "+
+			"write the script to a file and run that", name, errno)
 	case unix.EAGAIN, unix.ENOMEM, unix.EMFILE, unix.ENFILE:
 		return apiErrorf(api.CodeResourceExhausted, "starting %s: %v", name, errno)
 	}

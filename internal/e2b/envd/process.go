@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/wire"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
@@ -235,8 +236,8 @@ func (t *target) input(ctx context.Context, pid int, in *process.ProcessInput) e
 }
 
 // maxExecParams is about the largest process description one agent call
-// carries (a channel frame is 256 KiB).
-const maxExecParams = 250 << 10
+// carries.
+const maxExecParams = channel.MaxCall - 1024
 
 // stdinChunk is the most input one agent call carries (base64 in JSON
 // must fit a channel frame of 256 KiB).

@@ -146,7 +146,7 @@ func TestProcessErrors(t *testing.T) {
 					}
 					return err
 				}, connect.CodeInvalidArgument},
-				{"command larger than one agent call", func(ctx context.Context) error {
+				{"command larger than execve takes", func(ctx context.Context) error {
 					s, err := e.process("", c.opts).Start(ctx, connect.NewRequest(&process.StartRequest{Process: bash("echo " + strings.Repeat("x", 300<<10))}))
 					if err != nil {
 						return err
