@@ -94,6 +94,8 @@ type box struct {
 	dir   string
 	conn  *channel.Conn
 	procs *procs // the runtime's host processes, if this process started them
+	// containerGone: a pause deleted the container (so a resume need not).
+	containerGone bool
 }
 
 // NewManager prepares the state dir and the agent binary and, if

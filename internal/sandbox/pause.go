@@ -127,10 +127,13 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	// adopt then mounts the layer again). Only a power loss right after a
 	// pause loses it, and an fsync would add its time (about a second per
 	// GiB here) to every pause.
+	b.containerGone = false
 	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.procs.get()); err != nil {
 		// The image is complete; the container is half gone. Resume can
 		// still restore from the image once the container is deleted.
 		m.log.Error("deleting checkpointed container", "sandbox_id", id, "err", err)
+	} else {
+		b.containerGone = true
 	}
 	b.procs = nil
 	return nil
@@ -253,10 +256,14 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 		return err
 	}
 	rt := m.runtimes[b.rec.Runtime]
-	// A container left over by a checkpoint whose delete failed.
-	if err := rt.Delete(ctx, id, true); err != nil {
-		return fmt.Errorf("deleting the checkpointed container: %w", err)
+	// A container left over by a checkpoint whose delete failed, or
+	// unknown (adopted after a restart).
+	if !b.containerGone {
+		if err := rt.Delete(ctx, id, true); err != nil {
+			return fmt.Errorf("deleting the checkpointed container: %w", err)
+		}
 	}
+	b.containerGone = false
 	if err := m.readdressNetwork(ctx, b.rec.ID); err != nil {
 		return err
 	}
