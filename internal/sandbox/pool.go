@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -192,9 +193,10 @@ func (m *Manager) fillOne(ctx context.Context, p *pools, name string) error {
 		m.discard(context.WithoutCancel(ctx), b)
 		return nil
 	}
+	conn := b.conn // before others can claim b and destroy it
 	p.ready[name] = append(p.ready[name], &pooled{b: b, hash: tmpl.Hash})
 	p.mu.Unlock()
-	go m.watchPooled(p, name, b)
+	go m.watchPooled(p, name, b, conn)
 	return nil
 }
 
@@ -205,9 +207,9 @@ func (m *Manager) poolLimits(tmpl *template.Template) (Limits, error) {
 }
 
 // watchPooled destroys a pooled sandbox that dies before it is claimed;
-// once claimed, it watches it like any other (see watch).
-func (m *Manager) watchPooled(p *pools, name string, b *box) {
-	conn := b.conn
+// once claimed, it watches it like any other (see watch). conn is b's
+// session when it was pooled.
+func (m *Manager) watchPooled(p *pools, name string, b *box, conn *channel.Conn) {
 	<-conn.Done()
 	p.mu.Lock()
 	i := slices.IndexFunc(p.ready[name], func(e *pooled) bool { return e.b == b })
