@@ -282,15 +282,21 @@ func (n *Network) register(ctx context.Context, id string, st State) error {
 }
 
 // Adopt takes over the network of a sandbox a previous process attached:
-// its namespaces must exist; its rules are installed again (the resolver's
-// port changed).
-func (n *Network) Adopt(ctx context.Context, id string, st State) error {
+// its namespaces must exist, unless rebuild (the host rebooted; a paused
+// sandbox, whose restore brings its own netstack, as a fork's does), which
+// makes them again in the same slot; its rules are installed again (the
+// resolver's port changed). On error nothing it made is left.
+func (n *Network) Adopt(ctx context.Context, id string, st State, rebuild bool) (err error) {
 	if err := st.Policy.Validate(); err != nil {
 		return err
 	}
+	gone := false
 	for _, ns := range []string{SandboxNS(id), routerNS(id)} {
 		if _, err := os.Stat(NSPath(ns)); err != nil {
-			return fmt.Errorf("network namespace of sandbox %s is gone: %w", id, err)
+			if !rebuild {
+				return fmt.Errorf("network namespace of sandbox %s is gone: %w", id, err)
+			}
+			gone = true
 		}
 	}
 	if st.Slot < 0 || st.Slot >= n.maxSlots() {
@@ -303,6 +309,21 @@ func (n *Network) Adopt(ctx context.Context, id string, st State) error {
 	}
 	n.slots[st.Slot] = id
 	n.mu.Unlock()
+	if gone {
+		defer func() {
+			if err != nil {
+				n.mu.Lock()
+				delete(n.slots, st.Slot)
+				n.mu.Unlock()
+				_ = n.teardown(context.WithoutCancel(ctx), id)
+			}
+		}()
+		_ = n.teardown(ctx, id) // whichever half is left
+		if err := n.build(ctx, id, st.Slot); err != nil {
+			return err
+		}
+		n.log.Warn("made the network of a paused sandbox again (the host rebooted?)", "sandbox_id", id, "slot", st.Slot)
+	}
 	return n.register(ctx, id, st)
 }
 

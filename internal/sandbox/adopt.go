@@ -66,7 +66,11 @@ func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
 	dir := filepath.Join(m.cfg.StateDir, rec.ID.String())
 	rt := m.runtimes[rec.Runtime]
 	var err error
-	if err = m.adoptNetwork(ctx, rec.ID, dir); err != nil {
+	// A paused runsc sandbox's network can be made again (a reboot took
+	// it): its restore brings the netstack, as a fork's does.
+	ck, _ := rt.(oci.Checkpointer)
+	rebuild := rec.State == StatePaused && ck != nil && ck.CanCheckpoint()
+	if err = m.adoptNetwork(ctx, rec.ID, dir, rebuild); err != nil {
 		err = fmt.Errorf("its network: %w", err)
 	} else if rec.State == StatePaused {
 		err = m.adoptPaused(ctx, rec, rt, dir)

@@ -123,8 +123,8 @@ func (m *Manager) detachNetwork(ctx context.Context, id ID) error {
 }
 
 // adoptNetwork takes over the network of a re-adopted sandbox, if its dir
-// says it has one.
-func (m *Manager) adoptNetwork(ctx context.Context, id ID, dir string) error {
+// says it has one; with rebuild it is made again if it is gone.
+func (m *Manager) adoptNetwork(ctx context.Context, id ID, dir string, rebuild bool) error {
 	data, err := os.ReadFile(filepath.Join(dir, networkFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -139,7 +139,7 @@ func (m *Manager) adoptNetwork(ctx context.Context, id ID, dir string) error {
 	if m.cfg.Net == nil {
 		return errors.New("it has a network and this server has no sandbox networking")
 	}
-	return m.cfg.Net.Adopt(ctx, id.String(), st)
+	return m.cfg.Net.Adopt(ctx, id.String(), st, rebuild)
 }
 
 func saveNetwork(dir string, st network.State) error {

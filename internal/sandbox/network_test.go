@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -305,5 +307,63 @@ func TestSandboxNetworkReadopt(t *testing.T) {
 		if _, err := os.Stat(network.NSPath(ns)); err == nil {
 			t.Errorf("namespace %s left after kill", ns)
 		}
+	}
+}
+
+// TestSandboxNetworkPausedReboot: a paused networked gVisor sandbox
+// survives a reboot of the host, which takes its namespaces and mounts:
+// kiln serve makes its network again in the same slot, and it resumes
+// with its policy and its listening process.
+func TestSandboxNetworkPausedReboot(t *testing.T) {
+	requireRunsc(t)
+	w, n1 := nettest.Standard(t)
+	cfg := sandboxtest.Config(t, agentPath)
+	cfg.Adopt, cfg.Net = true, n1
+	m1, err := sandbox.NewManager(context.Background(), cfg, sandboxtest.OCIRuntimes(cfg.Config), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := networkedRunsc(t, m1)
+	if _, err := m1.Pause(context.Background(), b.SB.ID); err != nil {
+		t.Fatal(err)
+	}
+	slot, _ := n1.State(b.SB.ID.String())
+	m1.Close()
+	if err := n1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The reboot.
+	ctx := context.Background()
+	if err := network.Remove(ctx, b.SB.ID.String()); err != nil {
+		t.Fatal(err)
+	}
+	layer := filepath.Join(cfg.StateDir, b.SB.ID.String(), "layer")
+	for _, mnt := range []string{"rootfs", "layer"} {
+		if out, err := exec.Command("umount", filepath.Join(layer, mnt)).CombinedOutput(); err != nil {
+			t.Fatalf("umount %s: %v %s", mnt, err, out)
+		}
+	}
+
+	n2, err := network.New(ctx, w.Config(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n2.Close() })
+	cfg.Net = n2
+	m2 := sandboxtest.NewManager(t, cfg)
+	if _, err := m2.Resume(ctx, b.SB.ID); err != nil {
+		t.Fatalf("resume after reboot: %v", err)
+	}
+	if st, err := n2.State(b.SB.ID.String()); err != nil || st.Slot != slot.Slot {
+		t.Errorf("network after reboot: %+v %v, want slot %d", st, err, slot.Slot)
+	}
+	a, err := m2.Agent(b.SB.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2 := sandboxtest.Wrap(t, m2, b.SB, a)
+	expect(t, probeFrom(t, b2, "http://allowed.test/", "http://203.0.113.5/"), restoredWant)
+	if got, want := httpGet(t, m2, b.SB.ID, 8080), "hello from "+b.SB.ID.String(); got != want {
+		t.Errorf("after reboot and resume, port 8080 answers %q", got)
 	}
 }
