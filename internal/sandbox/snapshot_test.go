@@ -18,6 +18,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
@@ -424,5 +425,52 @@ func TestSnapshotDiskFull(t *testing.T) {
 	}
 	if r := src.Sh("echo alive"); r.Stdout != "alive\n" {
 		t.Errorf("source after failed snapshot: %q", r.Stdout)
+	}
+}
+
+// Snapshots and paused sandboxes outlive an upgrade of kiln: a Manager with
+// another agent build (other bytes, so another agent dir) restores both.
+func TestRestoreAfterAgentUpgrade(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.Adopt = true
+	m1 := newManager(t, cfg)
+	ctx := context.Background()
+	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc"})
+	src.Sh("echo kept > /home/user/f")
+	if _, err := m1.Snapshot(ctx, src.SB.ID, "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.Pause(ctx, src.SB.ID); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+
+	b, err := os.ReadFile(cfg.AgentPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded := filepath.Join(t.TempDir(), "kiln-agent")
+	if err := os.WriteFile(upgraded, append(b, make([]byte, 4096)...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AgentPath = upgraded
+	m2 := newManager(t, cfg)
+	killAllOnCleanup(t, m2)
+	sb, err := m2.Create(ctx, sandbox.CreateOptions{Snapshot: "s"})
+	if err != nil {
+		t.Fatalf("create from a snapshot of the old build: %v", err)
+	}
+	if _, err := m2.Resume(ctx, src.SB.ID); err != nil {
+		t.Fatalf("resume of a sandbox paused by the old build: %v", err)
+	}
+	for _, s := range []sandbox.Sandbox{sb, src.SB} {
+		a, err := m2.Agent(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := sandboxtest.Wrap(t, m2, s, a).Sh("cat /home/user/f"); r.Stdout != "kept\n" {
+			t.Errorf("sandbox %s after the upgrade: %q", s.ID, r.Stdout)
+		}
 	}
 }
