@@ -53,7 +53,7 @@ func start(t *testing.T, rt *oci.CLI, args []string, edit func(*oci.SpecOptions)
 	ocitest.Require(t, err == nil, rt.Name()+" not installed")
 	root := ocitest.Layer(t, 256<<20)
 
-	id := fmt.Sprintf("kt-%s-%d-%d", rt.Name(), os.Getpid(), seq.Add(1))
+	id := fmt.Sprintf("kt-%s-%d-%04d", rt.Name(), os.Getpid(), seq.Add(1)) // fixed width: no id is a prefix of another
 	dir := t.TempDir()
 	opts := oci.SpecOptions{
 		Rootfs: root, Args: args, Hostname: id, CgroupsPath: "/kiln/" + id,
@@ -258,7 +258,7 @@ func TestCreateFails(t *testing.T) {
 		_, err := exec.LookPath(rt.Name())
 		ocitest.Require(t, err == nil, rt.Name()+" not installed")
 		ctx := context.Background()
-		id := fmt.Sprintf("kt-%s-%d-%d", rt.Name(), os.Getpid(), seq.Add(1))
+		id := fmt.Sprintf("kt-%s-%d-%04d", rt.Name(), os.Getpid(), seq.Add(1)) // fixed width: no id is a prefix of another
 		b := &oci.Bundle{Dir: filepath.Join(t.TempDir(), "bundle"), Spec: oci.NewSpec(oci.SpecOptions{
 			Rootfs: "/nonexistent/rootfs", Args: []string{"/bin/true"}, CgroupsPath: "/kiln/" + id,
 		})}
