@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -81,5 +82,31 @@ func TestLogOutputCap(t *testing.T) {
 	}
 	if n != 2500 || !l.outputState() || len(l.events) != 3 {
 		t.Errorf("kept %d bytes in %d events, truncated %v", n, len(l.events), l.outputState())
+	}
+}
+
+// Output a pipe holds when the drain deadline has already passed (a reader
+// woken late on a loaded host) is still read, not dropped.
+func TestReadLoopDrainsAfterDeadline(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := w.WriteString("last words\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	p := &Process{log: newEventLog(1<<20, 0)}
+	p.readLoop(r, api.EventStdout) // must return: the writer is still open
+	var got string
+	for _, ev := range p.log.events {
+		got += string(ev.Data)
+	}
+	if got != "last words\n" {
+		t.Errorf("read %q, want the buffered output", got)
 	}
 }

@@ -24,6 +24,8 @@ const (
 	drainIdle = 100 * time.Millisecond
 	// drainMax bounds reading after exit in all cases.
 	drainMax = 2 * time.Second
+	// drainBufferedMax bounds the final read of what a pipe still holds.
+	drainBufferedMax = 1 << 20
 )
 
 // exitCause is why the agent killed a process, if it did.
@@ -92,12 +94,39 @@ func (p *Process) readLoop(f *os.File, typ api.EventType) {
 		if n > 0 {
 			p.log.appendOutput(api.Event{Type: typ, Data: bytes.Clone(buf[:n]), Time: time.Now()})
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A reader woken late (a loaded host) sees the deadline even
+			// when output is waiting: what the process wrote before it
+			// exited must not be lost.
+			p.drainBuffered(f, buf, typ)
+		}
 		if err != nil {
 			return
 		}
 		if at := p.exitAt.Load(); at != 0 {
 			_ = f.SetReadDeadline(drainDeadline(at))
 		}
+	}
+}
+
+// drainBuffered reads what f holds right now, without waiting, up to
+// drainBufferedMax bytes (a child still writing is not followed).
+func (p *Process) drainBuffered(f *os.File, buf []byte, typ api.EventType) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = f.SetReadDeadline(time.Time{})
+	for total := 0; total < drainBufferedMax; {
+		n := 0
+		if err := rc.Read(func(fd uintptr) bool {
+			n, _ = unix.Read(int(fd), buf)
+			return true // never wait for more
+		}); err != nil || n <= 0 {
+			return
+		}
+		p.log.appendOutput(api.Event{Type: typ, Data: bytes.Clone(buf[:n]), Time: time.Now()})
+		total += n
 	}
 }
 
