@@ -88,11 +88,7 @@ func (s *Server) execute(ctx context.Context, st *channel.Stream, p wire.Execute
 	}
 	id := p.ContextID
 	if id == "" {
-		o, err := s.kernelOptions("", "", nil)
-		if err != nil {
-			return nil, err
-		}
-		c, err := s.contexts.Default(cmp.Or(p.Language, defaultLanguage), o)
+		c, err := s.defaultContext(p.Language)
 		if err != nil {
 			return nil, err
 		}
@@ -117,6 +113,15 @@ func (s *Server) execute(ctx context.Context, st *channel.Stream, p wire.Execute
 		return nil, err
 	}
 	return nil, send(api.Event{Type: api.EventDone, ExecutionCount: count})
+}
+
+// defaultContext returns the default context of language ("": Python).
+func (s *Server) defaultContext(language string) (api.Context, error) {
+	o, err := s.kernelOptions("", "", nil)
+	if err != nil {
+		return api.Context{}, err
+	}
+	return s.contexts.Default(cmp.Or(language, defaultLanguage), o)
 }
 
 // fitEvent splits output into chunks and slims results so that every

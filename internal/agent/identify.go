@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -42,11 +41,7 @@ func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	if p.Then == nil {
 		return nil
 	}
-	o, err := s.kernelOptions("", "", nil)
-	if err != nil {
-		return err
-	}
-	c, err := s.contexts.Default(cmp.Or(p.Then.Language, defaultLanguage), o)
+	c, err := s.defaultContext(p.Then.Language)
 	if err != nil {
 		return err
 	}

@@ -6,15 +6,6 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// setLifecycle maps E2B's autoPause (lifecycle.onTimeout "pause") and
-// autoResume onto the sandbox's record, where they survive a restart of
-// kiln serve: it is paused, not killed, when its timeout expires, and
-// connect resumes it; with autoResume any data-plane request does too
-// (without it a paused sandbox's data plane answers 502, as on E2B).
-func setLifecycle(o *sandbox.CreateOptions, autoPause, autoResume bool) {
-	o.AutoPause, o.AutoResume = autoPause, autoResume
-}
-
 // onTimeout says what happens to sb at its timeout, as E2B's lifecycle
 // names it.
 func onTimeout(sb sandbox.Sandbox) string {
@@ -25,7 +16,9 @@ func onTimeout(sb sandbox.Sandbox) string {
 }
 
 // wake resumes paused sandbox sb for a data-plane request, if it was
-// created with autoResume; concurrent requests share one resume.
+// created with autoResume (without it a paused sandbox's data plane
+// answers 502, as on E2B); concurrent requests share one resume. The
+// check here spares running sandboxes Wake's lock.
 func (h *Handler) wake(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, error) {
 	if sb.State != sandbox.StatePaused || !sb.AutoResume {
 		return sb, nil

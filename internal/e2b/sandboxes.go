@@ -119,8 +119,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 		Template: kilnTemplate(req.TemplateID), Env: req.EnvVars, Metadata: req.Metadata,
 		Timeout: seconds(timeout), Owner: c.Owner, Quota: c.Quota,
 		Network: networkOptions(req.AllowInternetAccess, req.Network),
+		// autoPause (lifecycle.onTimeout "pause") and autoResume are kept
+		// in the record, so they survive a restart of kiln serve.
+		AutoPause: req.AutoPause, AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
 	}
-	setLifecycle(&opts, req.AutoPause, req.AutoResume != nil && req.AutoResume.Enabled)
 	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
 	err := errdefs.ErrNotFound
