@@ -45,8 +45,8 @@ test: setup
 FUZZTIME ?= 5s
 FUZZ_TARGETS := \
 	./internal/server:FuzzCreateSandboxBody ./internal/server:FuzzCommandBody ./internal/server:FuzzQuery \
-	./internal/agent/channel:FuzzFrameReader ./internal/agent/channel:FuzzAgentInput \
-	./internal/agent/channel:FuzzHostInput ./internal/agent/files:FuzzResolve
+	./internal/agentapi/channel:FuzzFrameReader ./internal/agentapi/channel:FuzzAgentInput \
+	./internal/agentapi/channel:FuzzHostInput ./internal/agent/files:FuzzResolve
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \

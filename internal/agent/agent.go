@@ -15,11 +15,11 @@ import (
 	"sync"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/files"
 	"github.com/kiln-sh/kiln/internal/agent/kernel"
 	"github.com/kiln-sh/kiln/internal/agent/process"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 // Version is the agent's build version, reported in the channel handshake

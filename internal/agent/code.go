@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/channel"
 	"github.com/kiln-sh/kiln/internal/agent/kernel"
 	"github.com/kiln-sh/kiln/internal/agent/kernel/jupyter"
 	"github.com/kiln-sh/kiln/internal/agent/kernel/oneshot"
 	"github.com/kiln-sh/kiln/internal/agent/kernel/repl"
 	"github.com/kiln-sh/kiln/internal/agent/process"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 // defaultLanguage is used when a call names none.

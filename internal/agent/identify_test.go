@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 // A restored agent takes the identity the host gives it: new processes

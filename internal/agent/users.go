@@ -10,7 +10,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agent/files"
 	"github.com/kiln-sh/kiln/internal/agent/process"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 // account is a user a caller may name.

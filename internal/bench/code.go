@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 

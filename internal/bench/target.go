@@ -6,7 +6,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 

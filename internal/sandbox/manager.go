@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/network"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/network"
 )

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"

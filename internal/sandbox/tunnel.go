@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 // Tunnel connects to port on the sandbox's loopback through the agent

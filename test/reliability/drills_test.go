@@ -1,3 +1,5 @@
+// Package reliability holds the reliability drills (runtime, agent and disk
+// failures against a real Manager) and the soak (`make soak`).
 package reliability
 
 import (
@@ -14,7 +16,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/sandbox"

@@ -9,7 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process"

@@ -9,7 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/kiln-sh/kiln/internal/agent/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agent/channel"
-	"github.com/kiln-sh/kiln/internal/agent/wire"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
 	"github.com/kiln-sh/kiln/internal/errdefs"

@@ -1,0 +1,4 @@
+package nodoc
+
+// Name has a doc; the package has none.
+const Name = "nodoc"
