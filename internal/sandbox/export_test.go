@@ -40,3 +40,26 @@ func (m *Manager) LeaveWarmBuildSandbox(ctx context.Context, name string) (ID, e
 	b.conn.Close()
 	return b.rec.ID, nil
 }
+
+// InjectFaults makes the bring-up stages for which f returns an error fail
+// with it (pipeline.go); nil removes the faults.
+func (m *Manager) InjectFaults(f func(path, stage string, id ID) error) { m.faults = f }
+
+// MakePooled brings up an unlisted sandbox of the named template as a pool
+// fill does (warm if it can) and destroys it again.
+func (m *Manager) MakePooled(ctx context.Context, name string) error {
+	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+	if err != nil {
+		return err
+	}
+	limits, err := m.poolLimits(tmpl)
+	if err != nil {
+		return err
+	}
+	b, err := m.hiddenBox(ctx, tmpl, m.runtimes[m.cfg.Runtime], limits, true, m.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	m.discard(ctx, b)
+	return nil
+}

@@ -52,7 +52,7 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 			m.removeLater(tmp) // its name keeps the prefix adopt cleans up
 		}
 	}()
-	src, ck, err := m.capture(ctx, b, tmp, "forked")
+	src, err := m.capture(ctx, b, tmp, "forked")
 	if err != nil {
 		return nil, err
 	}
@@ -65,23 +65,26 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range forks {
-		wg.Go(func() { forks[i], errs[i] = m.restoreNew(ctx, forkRecord(src, m.cfg), tmpl, ck, tmp, q) })
+		wg.Go(func() { forks[i], errs[i] = m.restoreNew(ctx, forkRecord(src, m.cfg), tmpl, tmp, q) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
+		// A fork is all or nothing: the forks made go, records too.
+		var c cleanup
 		for _, f := range forks {
 			if f == nil {
 				continue
 			}
-			if derr := m.destroy(uctx, f.rec.ID, StateStopped, "fork failed"); derr != nil && !errors.Is(derr, errdefs.ErrNotFound) {
-				m.log.Error("unwinding failed fork", "sandbox_id", f.rec.ID, "err", derr)
-			}
-			// A fork is all or nothing: its records go too.
-			if derr := m.store.DeleteSandbox(uctx, f.rec.ID); derr != nil {
-				m.log.Error("unwinding failed fork", "sandbox_id", f.rec.ID, "err", derr)
-			}
+			c.add(func(ctx context.Context) error {
+				derr := m.destroy(ctx, f.rec.ID, StateStopped, "fork failed")
+				if errors.Is(derr, errdefs.ErrNotFound) {
+					derr = nil
+				}
+				return errors.Join(derr, m.store.DeleteSandbox(ctx, f.rec.ID))
+			})
+		}
+		if uerr := c.unwind(ctx); uerr != nil {
+			m.log.Error("unwinding failed fork", "sandbox_id", id, "err", uerr)
 		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, errs[firstErr(errs)])
 	}

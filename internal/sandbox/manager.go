@@ -85,6 +85,9 @@ type Manager struct {
 	warm  warmBuilds // warm checkpoint builds (warm.go)
 	pools *pools     // ready sandboxes per template (pool.go); guarded by mu
 
+	// faults, set by tests, makes a stage of a bring-up path fail
+	// (pipeline.go).
+	faults func(path, stage string, id ID) error
 }
 
 // box is the live state of one sandbox.
@@ -276,102 +279,39 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		}
 	}
 
-	var undo []func(context.Context) error
+	var c cleanup
 	defer func() {
-		if err == nil {
-			return
-		}
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for i := len(undo) - 1; i >= 0; i-- {
-			if uerr := undo[i](uctx); uerr != nil {
+		if err != nil {
+			if uerr := c.unwind(ctx); uerr != nil {
 				log.Error("unwinding failed create", "err", uerr)
 			}
 		}
-		m.mu.Lock()
-		delete(m.boxes, id)
-		m.mu.Unlock()
 	}()
-	if err := m.admit(b, opts.Quota); err != nil {
+	if err := m.enroll(ctx, pathBoot, b, &opts.Quota, &c); err != nil {
 		return Sandbox{}, err
 	}
-	// The record goes first, so that a crash from here on leaves a trace
-	// for the next start to clean up (and undo removes it).
-	if err := m.store.PutSandbox(ctx, b.rec); err != nil {
-		return Sandbox{}, fmt.Errorf("recording sandbox: %w", err)
-	}
-	undo = append(undo, func(ctx context.Context) error { return m.store.DeleteSandbox(ctx, id) })
-	if err := os.Mkdir(b.dir, 0o700); err != nil {
-		return Sandbox{}, fmt.Errorf("creating sandbox dir: %w", err)
-	}
-	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	if err := m.attachNetwork(ctx, b, netOpts, &undo); err != nil {
+	if err := m.attachNetwork(ctx, pathBoot, b, netOpts, &c); err != nil {
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
-	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, false, &undo)
+	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, false, &c)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	undo = append(undo, func(context.Context) error { return conn.Close() })
 	if err := m.configureDNS(ctx, id, conn); err != nil {
 		return Sandbox{}, err
 	}
-
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
+	rec, err := m.goLive(ctx, b, conn)
+	if err != nil {
 		return Sandbox{}, err
 	}
-	b.conn = conn
-	go m.watch(b, conn)
+	c.release()
 	from := "boot"
 	if warm {
 		from = "warm checkpoint"
 	}
 	log.Info("sandbox created", "template", tmpl.Name, "from", from, "launch", time.Since(t0), "total", time.Since(now))
-	return b.rec, nil
-}
-
-// boot makes b's writable layer over tmpl, its bundle and container, and
-// waits for its agent's handshake, pushing an undo step for each.
-func (m *Manager) boot(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, undo *[]func(context.Context) error) (*channel.Conn, error) {
-	id, limits := b.rec.ID, b.rec.Limits
-	t0 := time.Now()
-	layer, err := rootfs.Mount(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), limits.DiskBytes)
-	if err != nil {
-		return nil, fmt.Errorf("mounting writable layer: %w", err)
-	}
-	*undo = append(*undo, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
-
-	var pidsCgroup string
-	if rt.Name() == "runc" {
-		if pidsCgroup, err = makeUserPidsCgroup(id, limits.Pids); err != nil {
-			return nil, err
-		}
-		*undo = append(*undo, func(context.Context) error { return removeUserPidsCgroup(id) })
-	}
-	bundle := m.bundle(b, rt, layer.Rootfs(), pidsCgroup)
-	if err := bundle.Write(); err != nil {
-		return nil, err
-	}
-	*undo = append(*undo, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.procs.get()) })
-	t1 := time.Now()
-	if err := m.start(ctx, rt, id, bundle); err != nil {
-		return nil, err
-	}
-
-	b.procs = learnProcs(rt, id.String())
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	t2 := time.Now()
-	conn, err := connect(cctx, b.dir, true)
-	if err != nil {
-		return nil, fmt.Errorf("waiting for the agent: %w%s", err, agentLogTail(b.dir))
-	}
-	*undo = append(*undo, func(context.Context) error { return conn.Close() })
-	m.log.Debug("sandbox booted", "sandbox_id", id, "layer", t1.Sub(t0), "start", t2.Sub(t1), "agent", time.Since(t2))
-	return conn, nil
+	return rec, nil
 }
 
 // start creates and starts the container with the agent's stdio on two
@@ -379,29 +319,16 @@ func (m *Manager) boot(ctx context.Context, b *box, rt oci.Runtime, tmpl *templa
 // never sees EOF or EPIPE while kiln serve restarts; we re-open them by
 // path.
 func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
-	var files []*os.File
+	files, err := openStdio(b.Dir)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for _, name := range []string{stdinFIFO, stdoutFIFO} {
-		p := filepath.Join(b.Dir, name)
-		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			return fmt.Errorf("creating agent fifo: %w", err)
-		}
-		f, err := os.OpenFile(p, os.O_RDWR, 0)
-		if err != nil {
-			return fmt.Errorf("opening agent fifo: %w", err)
-		}
-		files = append(files, f)
-	}
-	logf, err := os.OpenFile(filepath.Join(b.Dir, agentLog), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("opening agent log: %w", err)
-	}
-	files = append(files, logf)
-	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: logf}); err != nil {
+	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]}); err != nil {
 		// The runtime's own stderr is the container's: the agent log.
 		return fmt.Errorf("creating container: %w%s", err, agentLogTail(b.Dir))
 	}

@@ -78,17 +78,21 @@ func (m *Manager) resolveNetwork(o *NetworkOptions, tmplMode string) (*NetworkOp
 }
 
 // attachNetwork gives sandbox b the network o (from resolveNetwork; nil:
-// none), records it in b's dir and pushes its undo step.
-func (m *Manager) attachNetwork(ctx context.Context, b *box, o *NetworkOptions, undo *[]func(context.Context) error) error {
+// none), records it in b's dir and pushes its undo step: the network
+// stage of bring-up path (pipeline.go).
+func (m *Manager) attachNetwork(ctx context.Context, path string, b *box, o *NetworkOptions, c *cleanup) error {
 	if o == nil {
 		return nil
+	}
+	if err := m.fault(path, stageNetwork, b.rec.ID); err != nil {
+		return err
 	}
 	id := b.rec.ID.String()
 	st, err := m.cfg.Net.Attach(ctx, id, o.Policy, o.Public)
 	if err != nil {
 		return fmt.Errorf("making sandbox network: %w", err)
 	}
-	*undo = append(*undo, func(ctx context.Context) error { return m.cfg.Net.Detach(ctx, id) })
+	c.add(func(ctx context.Context) error { return m.cfg.Net.Detach(ctx, id) })
 	return saveNetwork(b.dir, st)
 }
 
@@ -266,7 +270,7 @@ func keepNetwork(srcDir, imageDir string) error {
 // netstack comes back with the source's inside address, which is every
 // sandbox's, so nothing needs renumbering; it gets its own outer address
 // and traffic token.
-func (m *Manager) attachRestored(ctx context.Context, b *box, imageDir string, undo *[]func(context.Context) error) error {
+func (m *Manager) attachRestored(ctx context.Context, b *box, imageDir string, c *cleanup) error {
 	data, err := os.ReadFile(filepath.Join(imageDir, networkFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -281,7 +285,7 @@ func (m *Manager) attachRestored(ctx context.Context, b *box, imageDir string, u
 	if m.cfg.Net == nil {
 		return fmt.Errorf("the image is of a sandbox with a network and this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
 	}
-	return m.attachNetwork(ctx, b, &NetworkOptions{Mode: NetworkNAT, Policy: st.Policy, Public: st.Public}, undo)
+	return m.attachNetwork(ctx, pathRestore, b, &NetworkOptions{Mode: NetworkNAT, Policy: st.Policy, Public: st.Public}, c)
 }
 
 // readdressNetwork prepares a networked sandbox's namespace for a runsc

@@ -206,7 +206,7 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box) (Sandbox, error) {
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
 	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
-		if err := m.restore(ctx, b, ck); err != nil {
+		if err := m.restore(ctx, b); err != nil {
 			reason := "resuming: " + err.Error()
 			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
 				m.log.Error("cleaning up sandbox that failed to resume", "sandbox_id", id, "err", derr)
@@ -245,7 +245,7 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box) (Sandbox, error) {
 
 // restore brings a checkpointed runsc sandbox back on its agent FIFOs and
 // opens a new channel session. Callers hold b.mu.
-func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) error {
+func (m *Manager) restore(ctx context.Context, b *box) error {
 	id := b.rec.ID.String()
 	img := filepath.Join(b.dir, checkpointDir)
 	if _, err := os.Stat(filepath.Join(img, checkpointImage)); err != nil {
@@ -267,26 +267,15 @@ func (m *Manager) restore(ctx context.Context, b *box, ck oci.Checkpointer) erro
 	if err := m.readdressNetwork(ctx, b.rec.ID); err != nil {
 		return err
 	}
-	files, err := openStdio(b.dir)
+	// The pipeline's last stages (the dir, layer and bundle are there);
+	// on failure the caller destroys the sandbox with its container.
+	var c cleanup
+	conn, err := m.startAgent(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img}, bundle, &c)
 	if err != nil {
+		_ = c.unwind(ctx)
 		return err
 	}
-	err = ck.Restore(ctx, id, bundle, img, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("restoring container: %w", err)
-	}
-	b.procs = learnProcs(rt, id)
-	// The agent may have been in the middle of a frame: Connect pads, and
-	// the agent resynchronises on the new session's preface.
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	conn, err := connect(cctx, b.dir, false)
-	if err != nil {
-		return fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
-	}
+	c.release()
 	b.conn = conn
 	go m.watch(b, conn)
 	m.removeLater(img) // stale from now on

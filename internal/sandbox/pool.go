@@ -408,20 +408,22 @@ func (m *Manager) hiddenBox(ctx context.Context, tmpl *template.Template, rt oci
 		User: tmpl.Defaults.User, Workdir: tmpl.Defaults.Workdir, Env: env, Node: m.cfg.Node,
 		CreatedAt: time.Now().UTC(),
 	}}
-	var undo []func(context.Context) error
+	var c cleanup
 	defer func() {
 		if err != nil {
-			m.undoAll(ctx, "unwinding unlisted sandbox", id, undo)
+			if uerr := c.unwind(ctx); uerr != nil {
+				m.log.Error("unwinding unlisted sandbox", "sandbox_id", id, "err", uerr)
+			}
 		}
 	}()
-	if err := os.Mkdir(b.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating sandbox dir: %w", err)
+	if err := m.enroll(ctx, pathPool, b, nil, &c); err != nil {
+		return nil, err
 	}
-	undo = append(undo, func(context.Context) error { return os.RemoveAll(b.dir) })
-	conn, _, err := m.launch(ctx, b, rt, tmpl, warm, warm, &undo)
+	conn, _, err := m.launch(ctx, b, rt, tmpl, warm, warm, &c)
 	if err != nil {
 		return nil, err
 	}
+	c.release()
 	b.conn, b.rec.State = conn, StateRunning
 	return b, nil
 }

@@ -103,7 +103,7 @@ func (m *Manager) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 			}
 		}
 	}()
-	src, _, err := m.capture(ctx, b, dir, "snapshotted")
+	src, err := m.capture(ctx, b, dir, "snapshotted")
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		return Snapshot{}, fmt.Errorf("the server's disk is full: %w", err)
 	}
@@ -282,7 +282,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 		}
 	}
 	t0 := time.Now()
-	b, err := m.restoreNew(ctx, rec, tmpl, ck, dir, opts.Quota)
+	b, err := m.restoreNew(ctx, rec, tmpl, dir, opts.Quota)
 	if err != nil {
 		if classified(err) {
 			return Sandbox{}, err

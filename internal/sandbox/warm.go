@@ -104,20 +104,21 @@ func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limi
 // settle makes a warm restore return only once the warm kernel has its new
 // env and seeds (pool fills, whose sandbox should be ready when claimed);
 // otherwise that step runs while the caller goes on.
-func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm, settle bool, undo *[]func(context.Context) error) (_ *channel.Conn, warm bool, _ error) {
+func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm, settle bool, c *cleanup) (_ *channel.Conn, warm bool, _ error) {
 	log := m.log.With("sandbox_id", b.rec.ID, "template", tmpl.Name)
+	boot := bringup{path: pathBoot, b: b, rt: rt, tmpl: tmpl}
 	if !tryWarm {
-		conn, err := m.boot(ctx, b, rt, tmpl, undo)
+		conn, err := m.bringUp(ctx, boot, c)
 		return conn, false, err
 	}
-	c, why := m.warmCheckpoint(tmpl, rt, b.rec.Limits)
-	if c != nil && m.netNS(b.rec.ID) != "" {
+	ck, why := m.warmCheckpoint(tmpl, rt, b.rec.Limits)
+	if ck != nil && m.netNS(b.rec.ID) != "" {
 		// Warm checkpoints are made without a network; a restored
 		// netstack keeps the checkpoint's interfaces.
-		c, why = nil, "networked sandboxes boot cold"
+		ck, why = nil, "networked sandboxes boot cold"
 	}
-	if c != nil {
-		conn, err := m.restoreWarm(ctx, b, rt, tmpl, c, settle, undo)
+	if ck != nil {
+		conn, err := m.restoreWarm(ctx, b, rt, tmpl, ck, settle, c)
 		if err == nil {
 			return conn, true, nil
 		}
@@ -129,65 +130,29 @@ func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *temp
 	if why != "" {
 		log.Info("booting cold", "reason", why)
 	}
-	conn, err := m.boot(ctx, b, rt, tmpl, undo)
+	conn, err := m.bringUp(ctx, boot, c)
 	return conn, false, err
 }
 
-// restoreWarm restores b from the warm checkpoint c: a copy of its layer
-// image, a bundle of b's own (hostname, cgroup, limits), runsc restore on
-// new FIFOs, a session and the identify call that gives the agent b's id
-// and env. On failure it leaves b's dir empty; on success it pushes its
-// undo steps.
-func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, c *template.Checkpoint, settle bool, undo *[]func(context.Context) error) (_ *channel.Conn, err error) {
-	var mine []func(context.Context) error
-	mine = append(mine, func(context.Context) error { return clearDir(b.dir) })
+// restoreWarm brings b up from the warm checkpoint ck: a copy of its
+// layer image, a bundle of b's own (hostname, cgroup, limits), runsc
+// restore on new FIFOs, a session and the identify call that gives the
+// agent b's id and env. On failure it leaves b's dir empty (so b can boot
+// instead); on success it hands its undo steps to c.
+func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, ck *template.Checkpoint, settle bool, c *cleanup) (_ *channel.Conn, err error) {
+	var mine cleanup
+	mine.add(func(context.Context) error { return clearDir(b.dir) })
 	defer func() {
 		if err == nil {
-			*undo = append(*undo, mine...)
-		} else {
-			m.undoAll(ctx, "unwinding failed warm restore", b.rec.ID, mine)
+			c.take(&mine)
+		} else if uerr := mine.unwind(ctx); uerr != nil {
+			m.log.Error("unwinding failed warm restore", "sandbox_id", b.rec.ID, "err", uerr)
 		}
 	}()
-	id := b.rec.ID
-	t0 := time.Now()
-	layer, err := rootfs.MountImage(ctx, tmpl.Rootfs, filepath.Join(b.dir, layerDir), c.Disk())
-	if err != nil {
-		return nil, fmt.Errorf("mounting writable layer: %w", err)
-	}
-	mine = append(mine, func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
-	bundle := m.bundle(b, rt, layer.Rootfs(), "")
-	if err := bundle.Write(); err != nil {
-		return nil, err
-	}
-	mine = append(mine, func(ctx context.Context) error { return deleteContainer(ctx, rt, id, b.dir, b.procs.get()) })
-	files, err := openStdio(b.dir)
-	if err != nil {
-		return nil, err
-	}
-	t1 := time.Now()
-	err = rt.(oci.Checkpointer).Restore(ctx, id.String(), bundle, c.Image(), oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
-	for _, f := range files {
-		f.Close()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("restoring warm checkpoint: %w", err)
-	}
-	b.procs = learnProcs(rt, id.String())
-	t2 := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	conn, err := connect(cctx, b.dir, false)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the restored agent: %w%s", err, agentLogTail(b.dir))
-	}
-	mine = append(mine, func(context.Context) error { return conn.Close() })
-	t3 := time.Now()
-	if err := m.identify(ctx, conn, b.rec, warmKernelCode(tmpl.Warm, b.rec, true), settle); err != nil {
-		return nil, err
-	}
-	m.log.Debug("sandbox restored from warm checkpoint", "sandbox_id", id, "layer", t1.Sub(t0), "restore", t2.Sub(t1),
-		"connect", t3.Sub(t2), "identify", time.Since(t3))
-	return conn, nil
+	return m.bringUp(ctx, bringup{
+		path: pathWarm, b: b, rt: rt, tmpl: tmpl, disk: ck.Disk(), checkpoint: ck.Image(),
+		identify: true, warmCode: warmKernelCode(tmpl.Warm, b.rec, true), settle: settle,
+	}, &mine)
 }
 
 // warmKernelCode is the code that gives the kernel the warm step started
@@ -225,18 +190,6 @@ func runCode(ctx context.Context, a *Agent, p wire.ExecuteParams) error {
 		err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
 	}
 	return err
-}
-
-// undoAll runs undo steps in reverse order with a detached context (the
-// caller's may be what failed), logging the ones that fail.
-func (m *Manager) undoAll(ctx context.Context, msg string, id ID, undo []func(context.Context) error) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	for i := len(undo) - 1; i >= 0; i-- {
-		if err := undo[i](uctx); err != nil {
-			m.log.Error(msg, "sandbox_id", id, "err", err)
-		}
-	}
 }
 
 // bundle is the OCI bundle of b on the layer mounted at root: the agent as
@@ -317,7 +270,7 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	}
 	defer os.RemoveAll(work) // gone once published
 	c := &template.Checkpoint{Key: key, Limits: template.Limits(limits), Dir: work}
-	if _, _, err := m.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
+	if _, err := m.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
 		return nil, err
 	}
 	c.Runtime, c.Agent = m.warmEnv()[0], filepath.Base(m.agentDir)
