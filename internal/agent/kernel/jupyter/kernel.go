@@ -189,8 +189,11 @@ type instance struct {
 }
 
 // launch starts the kernel process, connects and waits for its
-// kernel_info_reply.
-func (k *Kernel) launch(ctx context.Context) (in *instance, err error) {
+// kernel_info_reply. On failure it stops what it started: the instance is
+// a local, not a named result, which every failing return sets to nil
+// (stopping a nil instance was a panic that took the agent, PID 1, and so
+// the sandbox with it).
+func (k *Kernel) launch(ctx context.Context) (_ *instance, err error) {
 	info, err := newConnInfo()
 	if err != nil {
 		return nil, err
@@ -200,7 +203,7 @@ func (k *Kernel) launch(ctx context.Context) (in *instance, err error) {
 		return nil, fmt.Errorf("creating kernel directory: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	in = &instance{language: k.spec.Language, dir: dir, session: newID(), sign: signer{key: []byte(info.Key)},
+	in := &instance{language: k.spec.Language, dir: dir, session: newID(), sign: signer{key: []byte(info.Key)},
 		cancel: cancel, msgs: make(chan message, 64), stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {
