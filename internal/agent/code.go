@@ -49,13 +49,15 @@ func kernelFactories() map[string]kernel.Factory {
 
 // newContexts returns the code contexts registry; kernels are started
 // through the process table so that its reaper hands them their exit
-// status.
+// status, and admitted against the sandbox's memory limit (see
+// kernel.Memory) so that idle kernels cannot fill it.
 func newContexts(s *Server) *kernel.Contexts {
 	return kernel.NewContexts(kernel.Config{
 		Log:         s.log.With("component", "kernel"),
 		Factories:   kernelFactories(),
 		Spawn:       s.procs.Spawn,
 		OutputLimit: kernel.DefaultOutputLimit,
+		Memory:      kernel.Memory{Limit: s.cfg.MemoryLimit, Usage: s.cfg.memoryUsage()},
 	})
 }
 

@@ -65,7 +65,10 @@ type Kernel struct {
 	closed bool
 }
 
-var _ kernel.Kernel = (*Kernel)(nil)
+var (
+	_ kernel.Kernel = (*Kernel)(nil)
+	_ kernel.PIDer  = (*Kernel)(nil)
+)
 
 // New returns a Factory for spec.
 func New(spec Spec) kernel.Factory {
@@ -88,6 +91,17 @@ func Start(ctx context.Context, spec Spec, o kernel.Options) (*Kernel, error) {
 
 // Language returns the kernel's language.
 func (k *Kernel) Language() string { return k.spec.Language }
+
+// PID returns the kernel process's pid, 0 while there is none (it
+// implements kernel.PIDer).
+func (k *Kernel) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || k.cur.proc == nil {
+		return 0
+	}
+	return k.cur.proc.PID()
+}
 
 // Interrupt sends SIGINT to the kernel's process group (interrupt_mode
 // signal).
