@@ -36,15 +36,18 @@ type Memory struct {
 	RSS func(pid int) int64
 }
 
-// Estimates of an idle kernel's footprint, measured under gVisor as the
-// growth of the sandbox's memory use per started kernel (see
-// docs/security.md): an ipykernel with the code interpreter's startup is
-// the largest. The compiled languages start no process until code runs.
+// DefaultEstimates are idle kernels' footprints, measured in a
+// code-interpreter sandbox under gVisor: the growth of the sandbox's
+// memory use when the first kernel of a language starts (Python 75 MiB,
+// Node 96 MiB, R 115 MiB; later ones share pages and cost less) and the
+// kernel's RSS (Python 95 MiB, Node 114 MiB, R 172 MiB). Rounded up: a
+// kernel counts at its estimate until its RSS passes it. The compiled
+// languages start no process until code runs.
 var DefaultEstimates = map[string]int64{
 	"python":     96 << 20,
-	"r":          96 << 20,
-	"javascript": 48 << 20,
-	"typescript": 64 << 20,
+	"r":          160 << 20,
+	"javascript": 96 << 20,
+	"typescript": 128 << 20,
 	"bash":       8 << 20,
 }
 
