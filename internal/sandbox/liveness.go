@@ -75,12 +75,22 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 		case <-conn.Done():
 		}
 		timer.Stop()
-		if missed >= misses && conn.Err() == nil {
+		if missed >= misses && !ended(conn) {
 			m.failUnresponsive(b, fmt.Sprintf("%d pings in a row unanswered within %s", missed, interval))
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
+	}
+}
+
+// ended reports whether conn's session is over (then watch handles it).
+func ended(conn *channel.Conn) bool {
+	select {
+	case <-conn.Done():
+		return true
+	default:
+		return false
 	}
 }
 
