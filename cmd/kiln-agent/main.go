@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -55,19 +54,10 @@ func run(log *slog.Logger, cfg agent.Config) error {
 			log.Warn("becoming child subreaper", "err", err)
 		}
 	}
-	// SIGTERM/SIGINT stop the agent (and so the sandbox) gracefully.
-	ctx, stop := signal.NotifyContext(context.Background(), unix.SIGTERM, unix.SIGINT)
+	// Every catchable signal is caught: as PID 1 none stops the agent (see
+	// handleSignals); otherwise SIGTERM and SIGINT stop it gracefully.
+	ctx, stop := handleSignals(log, os.Getpid() == 1)
 	defer stop()
-	// SIGPIPE (a vanished host must not kill us through our stdout) and
-	// SIGHUP are caught and dropped. They are handled rather than ignored
-	// because an ignored disposition would be inherited by processes.
-	dropped := make(chan os.Signal, 4)
-	signal.Notify(dropped, unix.SIGPIPE, unix.SIGHUP)
-	go func() {
-		for sig := range dropped {
-			log.Debug("ignoring signal", "signal", sig)
-		}
-	}()
 
 	srv := agent.New(cfg, log)
 	log.Info("agent started", "version", agent.Version, "pid", os.Getpid(),

@@ -10,8 +10,10 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sync"
 
 	"github.com/kiln-sh/kiln/api"
@@ -77,8 +79,20 @@ func (s *Server) Close(ctx context.Context) error {
 	return s.procs.Close(ctx)
 }
 
-// Handle serves one call; it is a channel.HandlerFunc.
-func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (any, error) {
+// Handle serves one call; it is a channel.HandlerFunc. A method that
+// panics fails its own call with an internal error, logged with its
+// stack; the agent (PID 1: the sandbox) lives on.
+func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (res any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("agent method panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			res, err = nil, &api.Error{Code: api.CodeInternal, Message: "internal error in the sandbox agent serving " + method}
+		}
+	}()
+	return s.handle(ctx, st, method, params)
+}
+
+func (s *Server) handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (any, error) {
 	switch method {
 	case wire.MethodPing:
 		return wire.Pong{Agent: Version}, nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -48,13 +49,15 @@ func kernelFactories() map[string]kernel.Factory {
 
 // newContexts returns the code contexts registry; kernels are started
 // through the process table so that its reaper hands them their exit
-// status.
+// status, and admitted against the sandbox's memory limit (see
+// kernel.Memory) so that idle kernels cannot fill it.
 func newContexts(s *Server) *kernel.Contexts {
 	return kernel.NewContexts(kernel.Config{
 		Log:         s.log.With("component", "kernel"),
 		Factories:   kernelFactories(),
 		Spawn:       s.procs.Spawn,
 		OutputLimit: kernel.DefaultOutputLimit,
+		Memory:      kernel.Memory{Limit: s.cfg.MemoryLimit, Usage: s.cfg.memoryUsage()},
 	})
 }
 
@@ -192,6 +195,9 @@ func (s *Server) kernelOptions(user, cwd string, env map[string]string) (kernel.
 	if err != nil {
 		return kernel.Options{}, err
 	}
+	if err := canEnter(dir, acct); err != nil {
+		return kernel.Options{}, err
+	}
 	return kernel.Options{Cwd: dir, Env: kernelEnv(s.baseEnv(), acct, env), UID: acct.uid, GID: acct.gid}, nil
 }
 
@@ -245,4 +251,45 @@ func kernelDir(dir, home string) (string, error) {
 		return "", &api.Error{Code: api.CodeInvalidArgument, Message: "working directory " + dir + " is not a directory"}
 	}
 	return dir, nil
+}
+
+// canEnter checks that a's processes may make dir their working
+// directory: search permission on dir and every directory above it, by
+// the mode bits for a's uid and primary group (kernels run without
+// supplementary groups; this is the kernel's own check less ACLs, and a
+// kernel's start reports what it misses). Checked before a kernel starts, so that the caller learns why
+// (permission_denied) rather than that the kernel did not come up.
+func canEnter(dir string, a account) error {
+	if a.uid == 0 {
+		return nil
+	}
+	for p := dir; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return &api.Error{Code: api.CodeInvalidArgument, Message: "working directory " + dir + ": " + errors.Unwrap(err).Error()}
+		}
+		if !searchable(fi, a) {
+			return &api.Error{Code: api.CodePermissionDenied, Message: fmt.Sprintf(
+				"working directory %s: user %s (uid %d) may not enter %s", dir, a.name, a.uid, p)}
+		}
+		if p == "/" || p == "." {
+			return nil
+		}
+	}
+}
+
+// searchable reports whether a may search (x) the directory fi describes.
+func searchable(fi os.FileInfo, a account) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true // not knowable: let the kernel decide
+	}
+	perm := fi.Mode().Perm()
+	switch {
+	case st.Uid == a.uid:
+		return perm&0o100 != 0
+	case st.Gid == a.gid:
+		return perm&0o010 != 0
+	}
+	return perm&0o001 != 0
 }

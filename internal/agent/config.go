@@ -47,6 +47,9 @@ type Config struct {
 	// BaseEnv is the agent's environment without KILN_* variables: the
 	// sandbox's environment, which processes inherit.
 	BaseEnv []string
+	// MemoryUsage reads the sandbox's memory use, for admitting kernels;
+	// nil: process.MemoryUsage. Not from the environment (tests).
+	MemoryUsage func() (int64, error)
 	// ReapAll makes the agent reap every child with wait4(-1). Not from
 	// the environment: cmd/kiln-agent sets it (the agent is PID 1 or a
 	// child subreaper there); an agent embedded in a program that has
@@ -100,6 +103,13 @@ func ConfigFromEnv(environ []string) (Config, error) {
 		}
 	}
 	return c, c.Validate()
+}
+
+func (c Config) memoryUsage() func() (int64, error) {
+	if c.MemoryUsage != nil {
+		return c.MemoryUsage
+	}
+	return process.MemoryUsage
 }
 
 // Validate checks the configuration.

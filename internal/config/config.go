@@ -32,9 +32,23 @@ type Config struct {
 	AgentPath       string // kiln-agent binary (KILN_AGENT); default next to kiln
 	Mirror          string // Debian mirror for template builds (KILN_MIRROR)
 
-	Limits  Limits
-	Server  Server
-	Network Network
+	Limits   Limits
+	Server   Server
+	Network  Network
+	Liveness Liveness
+}
+
+// Liveness configures the host's liveness ping of each running sandbox's
+// agent: a sandbox whose agent leaves Misses pings in a row unanswered,
+// each within Interval, is failed ("agent unresponsive") and destroyed,
+// e.g. after code in it sent the agent SIGSTOP.
+type Liveness struct {
+	// Interval between pings, and each ping's deadline
+	// (KILN_AGENT_PING_INTERVAL, default 2s; 0 turns the ping off).
+	Interval time.Duration
+	// Misses is how many unanswered pings in a row fail the sandbox
+	// (KILN_AGENT_PING_MISSES, default 3).
+	Misses int
 }
 
 // Network configures sandbox networking (internal/network, docs/networking.md).
@@ -133,6 +147,7 @@ func Default() Config {
 			DefaultMaxSandboxes: 100, DefaultMaxMemoryBytes: 64 * GiB,
 			ShutdownGrace: 10 * time.Second,
 		},
+		Liveness: Liveness{Interval: 2 * time.Second, Misses: 3},
 	}
 }
 
@@ -213,6 +228,20 @@ func FromEnv() Config {
 		}
 		c.Limits.MaxSnapshotBytes = n
 	}
+	if v := os.Getenv("KILN_AGENT_PING_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			d = -1
+		}
+		c.Liveness.Interval = d
+	}
+	if v := os.Getenv("KILN_AGENT_PING_MISSES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			n = -1
+		}
+		c.Liveness.Misses = n
+	}
 	c.Server.Pools, c.Server.poolsErr = ParsePools(os.Getenv("KILN_POOL"))
 	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -255,6 +284,12 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxSnapshots < 0 || l.MaxSnapshotBytes < 0 {
 		errs = append(errs, errors.New("snapshot limits (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES) must be a count and a size such as 50G, or 0 for unlimited"))
+	}
+	if c.Liveness.Interval < 0 || (c.Liveness.Interval > 0 && c.Liveness.Interval < 100*time.Millisecond) {
+		errs = append(errs, errors.New("agent ping interval (KILN_AGENT_PING_INTERVAL) must be a duration of at least 100ms, or 0 for no ping"))
+	}
+	if c.Liveness.Misses < 1 {
+		errs = append(errs, errors.New("agent ping misses (KILN_AGENT_PING_MISSES) must be a positive number"))
 	}
 	errs = append(errs, c.Server.validate(), c.Network.validate())
 	return errors.Join(errs...)

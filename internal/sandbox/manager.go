@@ -418,6 +418,7 @@ func agentLogTail(dir string) string {
 // channel ends without a kill: the sandbox died (e.g. its sentry was
 // OOM-killed on the host).
 func (m *Manager) watch(b *box, conn *channel.Conn) {
+	go m.liveness(b, conn)
 	<-conn.Done()
 	b.mu.Lock()
 	if b.conn != conn || b.rec.State != StateRunning {

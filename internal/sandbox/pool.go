@@ -210,6 +210,7 @@ func (m *Manager) poolLimits(tmpl *template.Template) (Limits, error) {
 // once claimed, it watches it like any other (see watch). conn is b's
 // session when it was pooled.
 func (m *Manager) watchPooled(p *pools, name string, b *box, conn *channel.Conn) {
+	go m.liveness(b, conn)
 	<-conn.Done()
 	p.mu.Lock()
 	i := slices.IndexFunc(p.ready[name], func(e *pooled) bool { return e.b == b })

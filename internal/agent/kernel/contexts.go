@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -56,6 +57,9 @@ type Config struct {
 	Spawn Spawner
 	// OutputLimit caps output per execution; 0: DefaultOutputLimit.
 	OutputLimit int64
+	// Memory admits kernels against the sandbox's memory (see Memory);
+	// zero: every kernel starts.
+	Memory Memory
 }
 
 // Contexts is the registry of a sandbox's code contexts: each has its own
@@ -69,6 +73,9 @@ type Contexts struct {
 	byID     map[string]*entry
 	defaults map[string]*entry // canonical language → its default context
 	closed   bool
+
+	amu      sync.Mutex // serialises admissions (see admit)
+	starting int64      // bytes reserved for kernels being started
 }
 
 // entry is one context.
@@ -100,10 +107,11 @@ func (c *Contexts) Create(ctx context.Context, language string, o Options) (api.
 	if err != nil {
 		return api.Context{}, err
 	}
-	k, err := c.start(ctx, e)
+	k, release, err := c.start(ctx, e)
 	if err != nil {
 		return api.Context{}, err
 	}
+	defer release()
 	e.k = k
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -165,19 +173,42 @@ func (c *Contexts) newEntry(language string, o Options) (*entry, error) {
 	}, nil
 }
 
-func (c *Contexts) start(ctx context.Context, e *entry) (Kernel, error) {
+// start admits and starts e's kernel; the caller calls release once the
+// kernel is where admission counts it (e.k), or is given up.
+func (c *Contexts) start(ctx context.Context, e *entry) (_ Kernel, release func(), _ error) {
+	release, err := c.admit(e.info.Language)
+	if err != nil {
+		return nil, nil, err
+	}
 	started := time.Now()
 	k, err := e.factory(WithSpawner(ctx, c.cfg.Spawn), e.opts)
 	if err != nil {
-		var ae *api.Error
-		if errors.As(err, &ae) {
-			return nil, err
-		}
-		c.log.Warn("starting kernel", "language", e.info.Language, "err", err)
-		return nil, &api.Error{Code: api.CodeUnavailable, Message: "starting the " + e.info.Language + " kernel: " + err.Error()}
+		release()
+		return nil, nil, c.startError(e, err)
 	}
 	c.log.Debug("kernel started", "id", e.info.ID, "language", e.info.Language, "took", time.Since(started))
-	return k, nil
+	return k, release, nil
+}
+
+// startError classifies why a kernel did not start: the caller's fault
+// (a working directory the user may not enter, a missing interpreter) or
+// the sandbox's.
+func (c *Contexts) startError(e *entry, err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	msg := "starting the " + e.info.Language + " kernel: " + err.Error()
+	switch {
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return &api.Error{Code: api.CodePermissionDenied, Message: msg}
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
+		return &api.Error{Code: api.CodeNotFound, Message: msg}
+	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.ENOMEM):
+		return &api.Error{Code: api.CodeResourceExhausted, Message: msg}
+	}
+	c.log.Warn("starting kernel", "language", e.info.Language, "err", err)
+	return &api.Error{Code: api.CodeUnavailable, Message: msg}
 }
 
 var errShutdown = &api.Error{Code: api.CodeUnavailable, Message: "the agent is shutting down"}
@@ -389,10 +420,11 @@ func (c *Contexts) ready(ctx context.Context, e *entry) (Kernel, int, error) {
 	case deleted:
 		return nil, 0, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("context %q was deleted", e.info.ID)}
 	case k == nil:
-		nk, err := c.start(ctx, e)
+		nk, release, err := c.start(ctx, e)
 		if err != nil {
 			return nil, 0, err
 		}
+		defer release()
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if e.deleted {

@@ -8,6 +8,7 @@ import (
 	"image/png"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -291,5 +292,49 @@ func BenchmarkPythonRoundTrip(b *testing.B) {
 		if _, err := k.Execute(ctx, "1+1", nil, func(api.Event) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A kernel that cannot start fails its Start with the reason and leaves
+// nothing behind; it used to panic (stopping a nil instance), which as
+// the agent's call killed the sandbox. Each case fails at another step.
+func TestStartFailures(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // where kernel directories are made
+	noEntry := t.TempDir()
+	tests := []struct {
+		name string
+		spec Spec
+		opts func(kernel.Options) kernel.Options
+		want string
+	}{
+		{"cwd missing", PythonSpec("/bin/true"), func(o kernel.Options) kernel.Options {
+			o.Cwd = noEntry + "/gone"
+			return o
+		}, "no such file"},
+		{"interpreter exits", PythonSpec("/bin/false"), nil, "exit code 1"},
+		{"interpreter missing", PythonSpec("/nonexistent/python3"), nil, "not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := testOptions(t)
+			if tt.opts != nil {
+				o = tt.opts(o)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			k, err := Start(ctx, tt.spec, o)
+			if err == nil {
+				k.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+	// No kernel directory is left behind.
+	if left, _ := filepath.Glob(filepath.Join(tmp, "kiln-kernel-*")); len(left) > 0 {
+		t.Errorf("left %v behind", left)
 	}
 }

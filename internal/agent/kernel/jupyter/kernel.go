@@ -65,7 +65,10 @@ type Kernel struct {
 	closed bool
 }
 
-var _ kernel.Kernel = (*Kernel)(nil)
+var (
+	_ kernel.Kernel = (*Kernel)(nil)
+	_ kernel.PIDer  = (*Kernel)(nil)
+)
 
 // New returns a Factory for spec.
 func New(spec Spec) kernel.Factory {
@@ -88,6 +91,17 @@ func Start(ctx context.Context, spec Spec, o kernel.Options) (*Kernel, error) {
 
 // Language returns the kernel's language.
 func (k *Kernel) Language() string { return k.spec.Language }
+
+// PID returns the kernel process's pid, 0 while there is none (it
+// implements kernel.PIDer).
+func (k *Kernel) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || k.cur.proc == nil {
+		return 0
+	}
+	return k.cur.proc.PID()
+}
 
 // Interrupt sends SIGINT to the kernel's process group (interrupt_mode
 // signal).
@@ -189,8 +203,11 @@ type instance struct {
 }
 
 // launch starts the kernel process, connects and waits for its
-// kernel_info_reply.
-func (k *Kernel) launch(ctx context.Context) (in *instance, err error) {
+// kernel_info_reply. On failure it stops what it started: the instance is
+// a local, not a named result, which every failing return sets to nil
+// (stopping a nil instance was a panic that took the agent, PID 1, and so
+// the sandbox with it).
+func (k *Kernel) launch(ctx context.Context) (_ *instance, err error) {
 	info, err := newConnInfo()
 	if err != nil {
 		return nil, err
@@ -200,7 +217,7 @@ func (k *Kernel) launch(ctx context.Context) (in *instance, err error) {
 		return nil, fmt.Errorf("creating kernel directory: %w", err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	in = &instance{language: k.spec.Language, dir: dir, session: newID(), sign: signer{key: []byte(info.Key)},
+	in := &instance{language: k.spec.Language, dir: dir, session: newID(), sign: signer{key: []byte(info.Key)},
 		cancel: cancel, msgs: make(chan message, 64), stopped: make(chan struct{})}
 	defer func() {
 		if err != nil {

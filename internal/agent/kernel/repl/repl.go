@@ -16,7 +16,10 @@ import (
 	"github.com/kiln-sh/kiln/internal/agent/kernel"
 )
 
-var _ kernel.Kernel = (*replKernel)(nil)
+var (
+	_ kernel.Kernel = (*replKernel)(nil)
+	_ kernel.PIDer  = (*replKernel)(nil)
+)
 
 // startTimeout bounds an interpreter's start-up handshake.
 const startTimeout = 30 * time.Second
@@ -43,6 +46,14 @@ type replKernel struct {
 }
 
 func (k *replKernel) Language() string { return k.lang }
+
+// PID returns the interpreter's pid, 0 while there is none.
+func (k *replKernel) PID() int {
+	if s := k.current(); s != nil {
+		return s.pid
+	}
+	return 0
+}
 
 func (k *replKernel) Execute(ctx context.Context, code string, env map[string]string, emit func(api.Event) error) (int, error) {
 	k.mu.Lock()

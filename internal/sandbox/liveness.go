@@ -1,0 +1,122 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+)
+
+// reasonUnresponsive is the failure reason of a sandbox whose agent
+// stopped answering: short, and without the agent's log (whose tail may be
+// a Go stack dump).
+const reasonUnresponsive = "agent unresponsive"
+
+// liveness pings the agent of a running sandbox every interval on session
+// conn (config.Liveness). A sandbox whose agent leaves Misses pings in a
+// row unanswered, each within interval, is failed ("agent unresponsive")
+// and destroyed as one whose channel ended is (see watch): an agent
+// stopped by SIGSTOP, or wedged, would otherwise leave the sandbox
+// "running" while every call hangs until its own timeout.
+//
+// Each ping is sent and awaited under b.mu, which every lifecycle change
+// holds throughout (pause, resume, fork and snapshot captures, destroy),
+// so a sandbox frozen on purpose is never pinged: the pinger waits for
+// the operation, then finds the sandbox paused (skipped), its session
+// replaced (it stops) or running and thawed. A ping stuck in the channel
+// (the agent not reading its FIFO) is not repeated: it stays in flight and
+// each further round counts a miss. The pinger ends with the session.
+func (m *Manager) liveness(b *box, conn *channel.Conn) {
+	interval, misses := m.cfg.Liveness.Interval, m.cfg.Liveness.Misses
+	if interval <= 0 || misses <= 0 {
+		return
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var inflight chan error // the unanswered ping, if any
+	missed := 0
+	for {
+		select {
+		case <-conn.Done():
+			return
+		case <-m.done:
+			return
+		case <-tick.C:
+		}
+		b.mu.Lock()
+		if b.conn != conn {
+			b.mu.Unlock()
+			return
+		}
+		if b.rec.State != StateRunning {
+			missed = 0 // paused (runc keeps the session): nothing to answer
+			b.mu.Unlock()
+			continue
+		}
+		if inflight == nil {
+			inflight = make(chan error, 1)
+			go ping(conn, interval, inflight)
+		}
+		timer := time.NewTimer(interval)
+		select {
+		case err := <-inflight:
+			inflight = nil
+			if err == nil {
+				missed = 0
+			} else {
+				missed++
+			}
+		case <-timer.C:
+			missed++
+		case <-conn.Done():
+		}
+		timer.Stop()
+		if missed >= misses && !ended(conn) {
+			m.failUnresponsive(b, fmt.Sprintf("%d pings in a row unanswered within %s", missed, interval))
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+}
+
+// ended reports whether conn's session is over (then watch handles it).
+func ended(conn *channel.Conn) bool {
+	select {
+	case <-conn.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// ping sends one ping on conn and reports how it ended.
+func ping(conn *channel.Conn, timeout time.Duration, done chan<- error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var p wire.Pong
+	done <- conn.Invoke(ctx, wire.MethodPing, struct{}{}, &p)
+}
+
+// failUnresponsive fails and destroys a sandbox whose agent stopped
+// answering; a pooled one nobody claimed yet has no record, and closing
+// its session makes the pool discard it (see watchPooled). Callers hold
+// b.mu and have checked that b runs on the session that stopped.
+func (m *Manager) failUnresponsive(b *box, detail string) {
+	id := b.rec.ID
+	m.log.Warn("sandbox agent unresponsive; failing the sandbox", "sandbox_id", id, "detail", detail)
+	if listed, err := m.box(id); err != nil || listed != b {
+		b.conn.Close()
+		b.conn = nil
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.destroyLocked(ctx, b, StateFailed, reasonUnresponsive); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		m.log.Error("cleaning up unresponsive sandbox", "sandbox_id", id, "err", err)
+	}
+}
