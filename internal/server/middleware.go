@@ -110,15 +110,13 @@ type recorder struct {
 // handler made of it), and the connection is closed after a 401 or when
 // the body was not read to its end (see edge.go).
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 {
+	if w.status == 0 && code >= 200 { // 1xx are not final
 		if b := w.ri.body; b != nil && b.timedOut.Load() && code >= 400 {
 			code = http.StatusRequestTimeout
 		}
 		if code == http.StatusUnauthorized || w.ri.body.unread() {
 			w.Header().Set("Connection", "close")
 		}
-	}
-	if w.status == 0 {
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
