@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -119,12 +118,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Manager: m, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B: &e2b.Options{Secret: secret},
 	})
-	hs := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// Header and idle timeouts, and the cap on pending connections
+	// (internal/server/edge.go).
+	hs := h.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -90,6 +90,8 @@ type Server struct {
 	// (KILN_POOL, e.g. "code-interpreter=2"; default none).
 	Pools    Pools
 	poolsErr error // a malformed KILN_POOL, for Validate
+	// Edge bounds slow and anonymous clients (edge.go).
+	Edge Edge
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -250,6 +252,7 @@ func FromEnv() Config {
 		}
 		c.Server.ShutdownGrace = d
 	}
+	c.Server.Edge = edgeFromEnv(c.Server.Edge)
 	return c
 }
 
@@ -337,6 +340,7 @@ func (s Server) validate() error {
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))
 	}
+	errs = append(errs, s.Edge.validate())
 	return errors.Join(errs...)
 }
 

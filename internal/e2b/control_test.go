@@ -65,8 +65,8 @@ func TestControlPlane(t *testing.T) {
 	for _, sb := range []sandboxJSON{sbA, sbV1, sbB} {
 		if ok, _ := regexp.MatchString(`^[a-z0-9]{20}$`, sb.SandboxID); !ok || sb.TemplateID != "base" || sb.Alias != "base" ||
 			sb.ClientID == "" || sb.EnvdVersion != envd.Version || sb.EnvdAccessToken != e2b.AccessToken(h.secret, sandbox.ID(sb.SandboxID)) ||
-			sb.Domain != nil || sb.TrafficAccessToken != nil {
-			t.Errorf("created sandbox %+v: want a 20-character id, template base, envd %s, its access token, null domain", sb, envd.Version)
+			sb.Domain != nil || sb.TrafficAccessToken == nil || *sb.TrafficAccessToken != e2b.TrafficToken(h.secret, sandbox.ID(sb.SandboxID)) {
+			t.Errorf("created sandbox %+v: want a 20-character id, template base, envd %s, its access and traffic tokens, null domain", sb, envd.Version)
 		}
 	}
 

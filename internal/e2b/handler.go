@@ -3,6 +3,7 @@ package e2b
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,9 +27,17 @@ type Options struct {
 	// envd's and the code interpreter's; nil answers E2B's "port is not
 	// open" 502.
 	PortProxy func(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, port int)
-	// Authenticate resolves a control-plane request's X-API-KEY into the
-	// caller (the server's key handling); an error is answered as is.
+	// Authenticate resolves a request's API key (X-API-KEY, or
+	// Authorization: Bearer) into the caller (the server's key handling);
+	// an error is answered as is. The data plane uses it too: an API key
+	// of a sandbox's owner opens its ports like the access token.
 	Authenticate func(r *http.Request) (Caller, error)
+	// Admit tells the server how a data-plane request was authorized:
+	// by a credential for its sandbox (a token, a URL signature or an
+	// API key), or by none (health probes, public ports). The server caps
+	// how many of the latter run at once; its error (resource exhausted)
+	// is answered 429. nil admits all.
+	Admit func(r *http.Request, credentialed bool) error
 	// Problem is the server's one mapping of errors to an HTTP status
 	// and the message a client may see.
 	Problem func(r *http.Request, err error) (status int, message string)
@@ -44,6 +53,9 @@ type Options struct {
 type Caller struct {
 	Owner string        // the API key's id; sandboxes are owned by it
 	Quota sandbox.Quota // what the key may hold at once
+	// Admin keys may also use other keys' sandboxes' data planes (as on
+	// the native API); the control plane shows each key only its own.
+	Admin bool
 }
 
 // Handler serves E2B's control plane, routes the data plane to envd, the
@@ -54,8 +66,8 @@ type Handler struct {
 	m       *sandbox.Manager
 	log     *slog.Logger
 	envd    *envd.Handler
-	control *http.ServeMux
-	jupyter *http.ServeMux
+	control *mux
+	jupyter *mux
 	usage   *cpuSampler
 	// dying: sandboxes being killed, whose data plane answers 502 at
 	// once rather than wait for the kill.
@@ -72,7 +84,7 @@ func New(o Options) *Handler {
 	h := &Handler{
 		o: o, m: o.Manager, log: o.Log.With("component", "e2b"),
 		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd")}),
-		control: http.NewServeMux(), jupyter: http.NewServeMux(),
+		control: newMux(), jupyter: newMux(),
 		usage: newCPUSampler(), problem: o.Problem, annotate: o.Annotate,
 	}
 	if h.problem == nil {
@@ -80,6 +92,9 @@ func New(o Options) *Handler {
 	}
 	if h.annotate == nil {
 		h.annotate = func(*http.Request, string) {}
+	}
+	if h.o.Admit == nil {
+		h.o.Admit = func(*http.Request, bool) error { return nil }
 	}
 	if h.o.ObserveCreate == nil {
 		h.o.ObserveCreate = func(time.Duration, error) {}
@@ -135,4 +150,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // everything is an internal error.
 func defaultProblem(_ *http.Request, err error) (int, string) {
 	return http.StatusInternalServerError, err.Error()
+}
+
+// Routes returns the patterns of the control plane and of the code
+// interpreter, in registration order (without their catch-all "/"), so
+// that tests can walk every route.
+func (h *Handler) Routes() (control, jupyter []string) {
+	return slices.Clone(h.control.patterns), slices.Clone(h.jupyter.patterns)
+}
+
+// mux is a ServeMux that remembers its patterns.
+type mux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func newMux() *mux { return &mux{ServeMux: http.NewServeMux()} }
+
+func (m *mux) Handle(pattern string, h http.Handler) {
+	if pattern != "/" {
+		m.patterns = append(m.patterns, pattern)
+	}
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
 }

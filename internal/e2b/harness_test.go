@@ -124,6 +124,13 @@ func (h *harness) call(method, path string, v any, hdr ...string) (int, http.Hea
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	return h.do(req, hdr...)
+}
+
+// do sends req with headers given as pairs ("Host" sets the host) and
+// returns the status, headers and body.
+func (h *harness) do(req *http.Request, hdr ...string) (int, http.Header, []byte) {
+	h.t.Helper()
 	for i := 0; i+1 < len(hdr); i += 2 {
 		if strings.EqualFold(hdr[i], "Host") {
 			req.Host = hdr[i+1]

@@ -20,6 +20,9 @@ import (
 // sb, as header pairs.
 func jupyter(sb sandboxJSON, token bool) []string {
 	hdr := []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", strconv.Itoa(e2b.JupyterPort)}
+	if sb.TrafficAccessToken != nil {
+		hdr = append(hdr, "E2B-Traffic-Access-Token", *sb.TrafficAccessToken) // as the SDKs send it
+	}
 	if token {
 		hdr = append(hdr, "X-Access-Token", sb.EnvdAccessToken)
 	}

@@ -42,16 +42,6 @@ func networkOptions(allowInternet *bool, n *networkConfig) *sandbox.NetworkOptio
 	return &sandbox.NetworkOptions{Policy: p, Public: public}
 }
 
-// trafficToken is the token the SDK must send to sb's ports, when they
-// are not public.
-func (h *Handler) trafficToken(id sandbox.ID) *string {
-	n, err := h.m.Network(id)
-	if err != nil || n.Public || n.Token == "" {
-		return nil
-	}
-	return &n.Token
-}
-
 // updateNetwork is PUT /sandboxes/{id}/network: the egress rules are
 // replaced; whether the ports are public stays.
 func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, c Caller) error {

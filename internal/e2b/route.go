@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/proxy"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -81,28 +82,61 @@ func (h *Handler) serveHeaderRouted(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveData serves a data-plane request for port of sandbox id, which
-// must be running on this node.
+// must be running on this node. Who may use which port is decided here,
+// before a paused sandbox is woken for the request (see authorizeData);
+// envd and the code interpreter's /execute check the access token again
+// themselves.
 func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string, port int) {
 	r.Pattern = "E2B :" + portLabel(port)
 	h.annotate(r, rawID)
-	sb, a, ok := h.live(r.Context(), rawID)
+	sb, ok := h.record(r.Context(), rawID)
 	if !ok {
-		writeJSON(w, http.StatusBadGateway, notFoundBody{Code: http.StatusBadGateway,
-			Message: "The sandbox was not found", SandboxID: rawID})
+		sandboxGone(w, rawID)
+		return
+	}
+	grant, ok := h.authorizeData(w, r, sb, port)
+	if !ok {
+		return
+	}
+	sb, a, ok := h.live(r.Context(), sb)
+	if !ok {
+		sandboxGone(w, rawID)
 		return
 	}
 	switch port {
 	case EnvdPort:
-		h.envd.ServeSandbox(w, r, sb, a, h.token(sb.ID))
+		token := h.token(sb.ID)
+		if grant == grantAPIKey {
+			token = "" // the owner's API key opens envd as the token does
+		}
+		h.envd.ServeSandbox(w, r, sb, a, token)
 	case JupyterPort:
 		h.serveJupyter(w, r, sb, a)
 	default:
 		if h.o.PortProxy != nil {
+			streamBody(r) // an app's upload may pause: only an idle deadline
+			if grant != grantNone {
+				r = proxy.Grant(r, grant == grantAPIKey && bearer(r))
+			}
 			h.o.PortProxy(w, r, sb, port)
 			return
 		}
 		writeJSON(w, http.StatusBadGateway, portClosedBody{Code: http.StatusBadGateway,
 			Message: "The sandbox is running but port is not open", SandboxID: rawID, Port: port})
+	}
+}
+
+// sandboxGone is E2B's answer for a sandbox that is not running here.
+func sandboxGone(w http.ResponseWriter, rawID string) {
+	writeJSON(w, http.StatusBadGateway, notFoundBody{Code: http.StatusBadGateway,
+		Message: "The sandbox was not found", SandboxID: rawID})
+}
+
+// streamBody tells the server's body deadline (if r's body has one) that
+// the body is a stream, which may pause but not stall.
+func streamBody(r *http.Request) {
+	if b, ok := r.Body.(interface{ SetStreaming() }); ok {
+		b.SetStreaming()
 	}
 }
 
@@ -118,26 +152,33 @@ func portLabel(port int) string {
 	return "port"
 }
 
-// live returns a running sandbox of this node and its agent, resuming
-// a paused one created with autoResume. A sandbox being killed is not
-// live: the SDK probes /health right after a kill and must get 502
-// without waiting for the kill to finish.
-func (h *Handler) live(ctx context.Context, rawID string) (sandbox.Sandbox, *sandbox.Agent, bool) {
+// record returns sandbox rawID's record if it may be served: it is on
+// this node and running, or paused (a request may wake it). A sandbox
+// being killed is not: the SDK probes /health right after a kill and
+// must get 502 without waiting for the kill to finish.
+func (h *Handler) record(ctx context.Context, rawID string) (sandbox.Sandbox, bool) {
 	id, err := sandbox.ParseID(rawID)
 	if err != nil {
-		return sandbox.Sandbox{}, nil, false
+		return sandbox.Sandbox{}, false
 	}
 	if _, dying := h.dying.Load(id); dying {
-		return sandbox.Sandbox{}, nil, false
+		return sandbox.Sandbox{}, false
 	}
 	sb, err := h.m.Get(ctx, id)
-	if err == nil {
-		sb, err = h.wake(ctx, sb)
+	if err != nil || (sb.State != sandbox.StateRunning && sb.State != sandbox.StatePaused) {
+		return sandbox.Sandbox{}, false
 	}
+	return sb, true
+}
+
+// live returns sandbox sb running and its agent, resuming it if it is
+// paused and was created with autoResume.
+func (h *Handler) live(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, *sandbox.Agent, bool) {
+	sb, err := h.wake(ctx, sb)
 	if err != nil || sb.State != sandbox.StateRunning {
 		return sandbox.Sandbox{}, nil, false
 	}
-	a, err := h.m.Agent(id)
+	a, err := h.m.Agent(sb.ID)
 	if err != nil {
 		return sandbox.Sandbox{}, nil, false
 	}
@@ -162,6 +203,7 @@ func (h *Handler) serveSignedFiles(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		h.annotate(r, sb.ID.String())
+		_ = h.o.Admit(r, true) // the signature is a credential: never refused
 		a, err := h.m.Agent(sb.ID)
 		if err != nil {
 			break

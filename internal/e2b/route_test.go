@@ -83,7 +83,9 @@ func TestDataPlaneRouting(t *testing.T) {
 	}{
 		{"headers", "GET", "/health", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port}, 200, `"OK"`},
 		{"host", "GET", "/health", []string{"Host", port + "-" + sb.SandboxID + ".localhost:1234"}, 200, `"OK"`},
-		{"host, another domain", "GET", "/contexts", []string{"Host", port + "-" + sb.SandboxID + ".kiln.test"}, 200, ""},
+		{"host, another domain", "GET", "/contexts", []string{"Host", port + "-" + sb.SandboxID + ".kiln.test", "E2B-Traffic-Access-Token", *sb.TrafficAccessToken}, 200, ""},
+		{"host, no credentials", "GET", "/contexts", []string{"Host", port + "-" + sb.SandboxID + ".kiln.test"}, 401, ""},
+		{"headers, no credentials", "POST", "/contexts", []string{"E2b-Sandbox-Id", sb.SandboxID, "E2b-Sandbox-Port", port}, 401, ""},
 		{"only the id header", "GET", "/health", []string{"E2b-Sandbox-Id", sb.SandboxID}, 400,
 			`{"code":400,"message":"Missing header: E2b-Sandbox-Port"}`},
 		{"only the port header", "GET", "/health", []string{"E2b-Sandbox-Port", port}, 400,

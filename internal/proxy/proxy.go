@@ -93,6 +93,29 @@ func New(m *sandbox.Manager, authorize func(r *http.Request, sb sandbox.Sandbox)
 
 type targetKey struct{}
 
+// grantKey marks a request whose credential the router in front has
+// already verified (see Grant).
+type grantKey struct{}
+
+type grant struct{ stripAuth bool }
+
+// Grant marks r as carrying a credential the router verified for the
+// sandbox it is routed to (its traffic token, or an API key that owns
+// it), so that ServePort lets it through whether or not the ports are
+// public; stripAuth says the credential was an Authorization header,
+// which then is not passed on to the sandbox.
+func Grant(r *http.Request, stripAuth bool) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), grantKey{}, grant{stripAuth: stripAuth}))
+}
+
+// Forbidden answers a request for a non-public sandbox's port that
+// carries no credential for it.
+func Forbidden(w http.ResponseWriter, id sandbox.ID) {
+	writeJSON(w, http.StatusForbidden, map[string]any{"code": http.StatusForbidden,
+		"message": "this sandbox's ports are not public: send its traffic access token (" +
+			HeaderTrafficToken + ") or an API key that owns it", "sandboxId": id.String()})
+}
+
 type proxyTarget struct {
 	id        sandbox.ID
 	port      int
@@ -106,8 +129,9 @@ func target(ctx context.Context) proxyTarget {
 
 // ServePort forwards r to port of sandbox sb (the e2b.Options.PortProxy
 // hook). Non-public sandboxes need the traffic token or an authorized
-// API key (403 otherwise); sandboxes without a network have no token and
-// are never public. A closed port or a sandbox that died answers 502.
+// API key (403 otherwise), unless the router granted r (Grant); sandboxes
+// without a network have no token of their own and are never public. A
+// closed port or a sandbox that died answers 502.
 func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, port int) {
 	info, err := p.m.Network(sb.ID)
 	if err != nil {
@@ -115,7 +139,9 @@ func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.San
 		return
 	}
 	t := proxyTarget{id: sb.ID, port: port}
-	if !info.Public {
+	if g, ok := r.Context().Value(grantKey{}).(grant); ok {
+		t.stripAuth = g.stripAuth
+	} else if !info.Public {
 		tok := r.Header.Get(HeaderTrafficToken)
 		if tok == "" {
 			tok = r.Header.Get(HeaderKilnToken)
@@ -125,9 +151,7 @@ func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.San
 		case tok == "" && p.authorize != nil && p.authorize(r, sb):
 			t.stripAuth = true
 		default:
-			writeJSON(w, http.StatusForbidden, map[string]any{"code": http.StatusForbidden,
-				"message": "this sandbox's ports are not public: send its traffic access token (" +
-					HeaderTrafficToken + ") or an API key that owns it", "sandboxId": sb.ID.String()})
+			Forbidden(w, sb.ID)
 			return
 		}
 	}

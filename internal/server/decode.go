@@ -34,6 +34,9 @@ func decodeBody(body io.Reader, v any) error {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err
 		}
+		if bt, ok := errors.AsType[*bodyTimeoutError](err); ok {
+			return bt
+		}
 		if errors.Is(err, io.EOF) {
 			return invalid("empty request body: want a JSON object")
 		}
@@ -42,6 +45,9 @@ func decodeBody(body io.Reader, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err
+		}
+		if bt, ok := errors.AsType[*bodyTimeoutError](err); ok {
+			return bt
 		}
 		return invalid("malformed JSON body: data after the JSON object")
 	}

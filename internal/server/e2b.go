@@ -20,6 +20,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	eo := *o
 	eo.Manager, eo.Log = s.m, log
 	eo.Authenticate = s.e2bCaller
+	eo.Admit = s.admit
 	eo.Problem = s.e2bProblem
 	eo.Annotate = func(r *http.Request, id string) { info(r.Context()).sandboxID = id }
 	eo.ObserveCreate = func(d time.Duration, err error) { s.metrics.ObserveCreate(d, errCode(err)) }
@@ -37,14 +38,15 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	})
 }
 
-// e2bCaller authenticates an E2B control-plane request (X-API-KEY) as
-// any other request.
+// e2bCaller authenticates an E2B request's API key (X-API-KEY) as any
+// other request's: on the control plane, and on the data plane when it
+// carries a key rather than the sandbox's token.
 func (s *Server) e2bCaller(r *http.Request) (e2b.Caller, error) {
 	if err := s.authenticate(r, 0); err != nil {
 		return e2b.Caller{}, err
 	}
 	k := caller(r)
-	return e2b.Caller{Owner: k.ID, Quota: s.quota(k)}, nil
+	return e2b.Caller{Owner: k.ID, Quota: s.quota(k), Admin: k.Admin}, nil
 }
 
 // e2bProblem is the status and client-visible message of err, logged as

@@ -16,6 +16,10 @@ type reqInfo struct {
 	id        string
 	key       *apikey.Key // set by authenticate
 	sandboxID string      // set by handlers of sandbox routes
+	// credentialed: a sandbox's token or a URL signature authorized the
+	// request (admit); anon: it holds an anonymous slot.
+	credentialed, anon bool
+	body               *deadlineBody // nil for requests without a body
 }
 
 type ctxKey struct{}
@@ -37,10 +41,23 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		ri := &reqInfo{id: newRequestID()}
 		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
 		w.Header().Set("X-Request-Id", ri.id)
-		rec := &recorder{ResponseWriter: w}
+		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+			ri.body = newDeadlineBody(r.Body, w, s.edge.BodyTimeout)
+			r.Body = ri.body
+		}
+		rec := &recorder{ResponseWriter: w, ri: ri}
 		// Logged even when a handler aborts with http.ErrAbortHandler.
-		defer func() { s.logRequest(r, rec, ri, time.Since(start)) }()
+		defer func() {
+			s.done(r.Context(), ri)
+			s.logRequest(r, rec, ri, time.Since(start))
+		}()
 		next.ServeHTTP(rec, r) // the mux sets r.Pattern
+		if ri.body.unread() {
+			if rec.status == 0 {
+				w.Header().Set("Connection", "close") // for net/http's implicit 200
+			}
+			ri.body.abandon()
+		}
 	})
 }
 
@@ -82,13 +99,24 @@ func newRequestID() string {
 // connection's Flush and Hijack.
 type recorder struct {
 	http.ResponseWriter
+	ri       *reqInfo
 	status   int
 	bytes    int64
 	hijacked bool
 }
 
+// WriteHeader also applies the edge's rules to the first final status:
+// a request whose body timed out is answered 408 (whatever error the
+// handler made of it), and the connection is closed after a 401 or when
+// the body was not read to its end (see edge.go).
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
+	if w.status == 0 && code >= 200 { // 1xx are not final
+		if b := w.ri.body; b != nil && b.timedOut.Load() && code >= 400 {
+			code = http.StatusRequestTimeout
+		}
+		if code == http.StatusUnauthorized || w.ri.body.unread() {
+			w.Header().Set("Connection", "close")
+		}
 		w.status = code
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -96,7 +124,7 @@ func (w *recorder) WriteHeader(code int) {
 
 func (w *recorder) Write(b []byte) (int, error) {
 	if w.status == 0 {
-		w.status = http.StatusOK
+		w.WriteHeader(http.StatusOK)
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)

@@ -59,6 +59,9 @@ type Server struct {
 
 	mux     *http.ServeMux
 	handler http.Handler
+	edge    config.Edge
+	anon    chan struct{} // slots of requests without credentials (edge.go)
+	conns   *connTracker
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
 
@@ -89,8 +92,10 @@ func New(o Options) *Server {
 	s := &Server{
 		m: o.Manager, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
-		mux: http.NewServeMux(),
+		mux: http.NewServeMux(), edge: o.Config.Server.Edge.WithDefaults(),
 	}
+	s.anon = make(chan struct{}, s.edge.MaxAnonymous)
+	s.conns = newConnTracker(s.edge.MaxPendingConns)
 	s.drain, s.cancelDrain = context.WithCancel(context.Background())
 	s.register()
 	s.handler = s.observe(s.mountE2B(o.E2B, o.Log, s.mux))
@@ -129,7 +134,7 @@ func (s *Server) register() {
 	s.route("POST /v1/sandboxes/{id}/commands", s.runCommand, 0)
 	s.route("GET /v1/sandboxes/{id}/commands", s.listCommands, 0)
 	s.route("GET /v1/sandboxes/{id}/commands/{pid}/events", s.commandEvents, 0)
-	s.route("POST /v1/sandboxes/{id}/commands/{pid}/stdin", s.commandStdin, 0)
+	s.route("POST /v1/sandboxes/{id}/commands/{pid}/stdin", s.commandStdin, streamBody)
 	s.route("POST /v1/sandboxes/{id}/commands/{pid}/signal", s.signalCommand, 0)
 	s.route("POST /v1/sandboxes/{id}/commands/{pid}/resize", s.resizeCommand, 0)
 
@@ -168,8 +173,9 @@ func (s *Server) register() {
 type routeFlags int
 
 const (
-	public    routeFlags = 1 << iota // no API key needed
-	adminOnly                        // admin keys only
+	public     routeFlags = 1 << iota // no API key needed (capped: Edge.MaxAnonymous)
+	adminOnly                         // admin keys only
+	streamBody                        // the body is a stream: an idle deadline only
 )
 
 // handlerFunc is a handler that returns its error for ServeHTTP to write.
@@ -180,11 +186,20 @@ func (s *Server) route(pattern string, h handlerFunc, f routeFlags) {
 	s.mux.Handle(pattern, s.adapt(h, f))
 }
 
-// adapt authenticates (unless public), runs h and writes its error.
+// adapt authenticates (or admits a public request), runs h and writes
+// its error. Nothing reads the body before.
 func (s *Server) adapt(h handlerFunc, f routeFlags) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer s.recover(w, r)
+		if f&streamBody != 0 && info(r.Context()).body != nil {
+			info(r.Context()).body.SetStreaming()
+		}
 		err := s.authenticate(r, f)
+		if f&public != 0 {
+			if err = s.admit(r, false); err != nil {
+				w.Header().Set("Connection", "close")
+			}
+		}
 		if err == nil {
 			err = h(w, r)
 		}

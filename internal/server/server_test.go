@@ -21,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
@@ -61,6 +62,10 @@ type harnessOpts struct {
 	quotaA   int
 	ping     time.Duration
 	keyCache time.Duration
+	edge     config.Edge // the HTTP edge's limits (defaults if zero)
+	e2b      bool        // also serve E2B's API
+	// header sets the server's ReadHeaderTimeout (HTTPServer's if 0).
+	header time.Duration
 }
 
 // newHarness builds a server. With root and the base template it can
@@ -99,11 +104,23 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	h.admin = h.makeKey("admin", true, 0)
 	h.a = h.makeKey("a", false, o.quotaA)
 	h.b = h.makeKey("b", false, 0)
-	h.srv = server.New(server.Options{
+	cfg.Server.Edge = o.edge
+	so := server.Options{
 		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: "test",
 		PingInterval: o.ping, KeyCacheTTL: o.keyCache,
-	})
-	h.ts = httptest.NewServer(h.srv)
+	}
+	if o.e2b {
+		so.E2B = &e2b.Options{Secret: []byte("test secret")}
+	}
+	h.srv = server.New(so)
+	// Served as kiln serve serves it: header and idle timeouts, the cap on
+	// pending connections.
+	h.ts = httptest.NewUnstartedServer(h.srv)
+	h.ts.Config = h.srv.HTTPServer(nil)
+	if o.header > 0 {
+		h.ts.Config.ReadHeaderTimeout = o.header
+	}
+	h.ts.Start()
 	t.Cleanup(func() {
 		h.ts.CloseClientConnections()
 		h.ts.Close()
