@@ -98,8 +98,10 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string
 	if !ok {
 		return
 	}
-	sb, a, ok := h.live(r.Context(), sb)
-	if !ok {
+	// Granted by a credential of the sandbox (or its owner's key): any
+	// owner's sandbox is usable here.
+	sb, a, err := h.m.UseGranted(r.Context(), sb.ID)
+	if err != nil {
 		sandboxGone(w, rawID)
 		return
 	}
@@ -169,20 +171,6 @@ func (h *Handler) record(ctx context.Context, rawID string) (sandbox.Sandbox, bo
 		return sandbox.Sandbox{}, false
 	}
 	return sb, true
-}
-
-// live returns sandbox sb running and its agent, resuming it if it is
-// paused and was created with autoResume.
-func (h *Handler) live(ctx context.Context, sb sandbox.Sandbox) (sandbox.Sandbox, *sandbox.Agent, bool) {
-	sb, err := h.wake(ctx, sb)
-	if err != nil || sb.State != sandbox.StateRunning {
-		return sandbox.Sandbox{}, nil, false
-	}
-	a, err := h.m.Agent(sb.ID)
-	if err != nil {
-		return sandbox.Sandbox{}, nil, false
-	}
-	return sb, a, true
 }
 
 // token is sandbox id's envd access token.

@@ -37,16 +37,25 @@ func (m *Manager) use(ctx context.Context, id ID, visible func(Sandbox) bool) (S
 			return Sandbox{}, nil, fmt.Errorf("resuming auto-paused sandbox: %w", err)
 		}
 	}
-	if sb.State != StateRunning {
-		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
-		if sb.Reason != "" {
-			msg += " (" + sb.Reason + ")"
-		}
-		return sb, nil, fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
+	if err := sb.Running(); err != nil {
+		return sb, nil, err
 	}
 	a, err := m.Agent(id)
 	if err != nil {
 		return sb, nil, err
 	}
 	return sb, a, nil
+}
+
+// Running returns nil for a running sandbox, else ErrFailedPrecondition
+// saying what state it is in and why.
+func (sb Sandbox) Running() error {
+	if sb.State == StateRunning {
+		return nil
+	}
+	msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
+	if sb.Reason != "" {
+		msg += " (" + sb.Reason + ")"
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
 }

@@ -183,12 +183,10 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 // lookup returns the caller's sandbox named by {id}. Another key's sandbox
 // is not found, exactly as an unknown one.
 func (s *Server) lookup(r *http.Request) (sandbox.Sandbox, error) {
-	raw := r.PathValue("id")
-	id, err := sandbox.ParseID(raw)
+	id, err := pathID(r)
 	if err != nil {
-		return sandbox.Sandbox{}, invalid("sandbox id %q: want 8-32 lowercase letters and digits", truncate(raw, 40))
+		return sandbox.Sandbox{}, err
 	}
-	info(r.Context()).sandboxID = id.String()
 	sb, err := s.m.Get(r.Context(), id)
 	if err == nil && sb.Owner != caller(r).ID {
 		err = errdefs.ErrNotFound
@@ -202,25 +200,25 @@ func (s *Server) lookup(r *http.Request) (sandbox.Sandbox, error) {
 	return sb, nil
 }
 
+// pathID parses the sandbox id of the route ({id}) and annotates the
+// request with it.
+func pathID(r *http.Request) (sandbox.ID, error) {
+	raw := r.PathValue("id")
+	id, err := sandbox.ParseID(raw)
+	if err != nil {
+		return "", invalid("sandbox id %q: want 8-32 lowercase letters and digits", truncate(raw, 40))
+	}
+	info(r.Context()).sandboxID = id.String()
+	return id, nil
+}
+
 // running is lookup for routes that need a running sandbox.
 func (s *Server) running(r *http.Request) (sandbox.Sandbox, error) {
 	sb, err := s.lookup(r)
 	if err == nil {
-		err = runningErr(sb)
+		err = sb.Running()
 	}
 	return sb, err
-}
-
-// runningErr is the error for using a sandbox that is not running.
-func runningErr(sb sandbox.Sandbox) error {
-	if sb.State == sandbox.StateRunning {
-		return nil
-	}
-	msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
-	if sb.Reason != "" {
-		msg += " (" + sb.Reason + ")"
-	}
-	return fmt.Errorf("%s: %w", msg, errdefs.ErrFailedPrecondition)
 }
 
 // agent returns the agent of the caller's running sandbox {id}.
@@ -232,19 +230,11 @@ func (s *Server) agent(r *http.Request) (*sandbox.Agent, error) {
 // agentFor is agent that also returns the sandbox's record. Using a
 // sandbox that paused itself at its timeout (auto_pause) resumes it.
 func (s *Server) agentFor(r *http.Request) (*sandbox.Agent, sandbox.Sandbox, error) {
-	sb, err := s.lookup(r)
-	if err == nil && sb.State == sandbox.StatePaused && sb.AutoResume {
-		if sb, err = s.m.Wake(r.Context(), sb.ID); err != nil {
-			err = fmt.Errorf("resuming auto-paused sandbox: %w", err)
-		}
-	}
-	if err == nil {
-		err = runningErr(sb)
-	}
+	id, err := pathID(r)
 	if err != nil {
-		return nil, sb, err
+		return nil, sandbox.Sandbox{}, err
 	}
-	a, err := s.m.Agent(sb.ID)
+	sb, a, err := s.m.Use(r.Context(), id, caller(r).ID)
 	return a, sb, err
 }
 
