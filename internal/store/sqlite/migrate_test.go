@@ -71,4 +71,3 @@ func TestMigrationRetention(t *testing.T) {
 		t.Errorf("DeleteEnded after upgrade = %d, %v; want 1", n, err)
 	}
 }
-
