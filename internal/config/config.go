@@ -108,6 +108,10 @@ type Limits struct {
 	// MaxPausedLifetime is how long a sandbox may stay paused before it is
 	// deleted, image and all (KILN_MAX_PAUSED; 0: forever).
 	MaxPausedLifetime time.Duration
+	// RetainEnded is how long the record of a stopped or failed sandbox
+	// is kept (without its env and metadata) before it is deleted
+	// (KILN_RETAIN_ENDED; must be positive).
+	RetainEnded time.Duration
 	// Snapshots one owner may keep: how many and how many bytes in total
 	// (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES; 0: unlimited).
 	MaxSnapshots     int
@@ -142,6 +146,7 @@ func Default() Config {
 			DefaultOutputBytes: 16 * MiB, MaxOutputBytes: 1 * GiB,
 			DefaultSandboxTimeout: 5 * time.Minute, MaxSandboxTimeout: 24 * time.Hour,
 			MaxPausedLifetime: 7 * 24 * time.Hour,
+			RetainEnded:       7 * 24 * time.Hour,
 			MaxSnapshots:      50, MaxSnapshotBytes: 50 * GiB,
 		},
 		Server: Server{
@@ -216,6 +221,13 @@ func FromEnv() Config {
 		}
 		c.Limits.MaxPausedLifetime = d
 	}
+	if v := os.Getenv("KILN_RETAIN_ENDED"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			d = -1
+		}
+		c.Limits.RetainEnded = d
+	}
 	if v := os.Getenv("KILN_MAX_SNAPSHOTS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -284,6 +296,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxPausedLifetime < 0 {
 		errs = append(errs, errors.New("max paused lifetime (KILN_MAX_PAUSED) must be a duration such as 168h, or 0 for forever"))
+	}
+	if l.RetainEnded <= 0 {
+		errs = append(errs, errors.New("retention of ended sandboxes (KILN_RETAIN_ENDED) must be a positive duration such as 168h"))
 	}
 	if l.MaxSnapshots < 0 || l.MaxSnapshotBytes < 0 {
 		errs = append(errs, errors.New("snapshot limits (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES) must be a count and a size such as 50G, or 0 for unlimited"))

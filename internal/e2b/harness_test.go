@@ -47,8 +47,10 @@ type harness struct {
 	m      *sandbox.Manager
 	ts     *httptest.Server
 	secret []byte
-	a, b   string // API keys of two tenants
-	one    string // a tenant that may have one sandbox at a time
+	a, b   string        // API keys of two tenants
+	one    string        // a tenant that may have one sandbox at a time
+	store  sandbox.Store // the Manager's
+	keys   apikey.Store
 	// serve starts another server on the same Manager, store and keys,
 	// as a restarted kiln serve (with nothing kept in memory) would be.
 	serve func() *httptest.Server
@@ -75,7 +77,7 @@ func newHarness(t testing.TB, templates ...string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, m: m, secret: secret}
+	h := &harness{t: t, m: m, secret: secret, store: cfg.Store, keys: keys}
 	for i, k := range []*string{&h.a, &h.b, &h.one} {
 		key, s := apikey.New("tenant", false)
 		if i == 2 {

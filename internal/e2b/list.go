@@ -3,6 +3,7 @@ package e2b
 import (
 	"cmp"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,22 +16,29 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// List page sizes (E2B's).
+// List page sizes (E2B's), the page of the unpaged v1 list, and the
+// longest page token a client may send back.
 const (
 	defaultListLimit = 100
 	maxListLimit     = 100
+	maxListV1        = 1000
+	maxTokenBytes    = 512
 )
 
 // listV1 is the deprecated GET /sandboxes: the caller's running
-// sandboxes matching ?metadata=, in one page.
+// sandboxes matching ?metadata=, in one page. E2B's has no pages; Kiln's
+// is one store page of at most maxListV1 (the oldest), which is more than
+// a key's default quota of live sandboxes.
 func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, c Caller) error {
 	md, err := metadataFilter(r.URL.Query().Get("metadata"))
 	if err != nil {
 		return err
 	}
-	sbs, err := h.owned(r, c, []sandbox.State{sandbox.StateRunning}, md)
+	sbs, _, err := h.m.List(r.Context(), sandbox.Filter{
+		Owner: c.Owner, States: []sandbox.State{sandbox.StateRunning}, Metadata: md, Limit: maxListV1,
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("listing sandboxes: %w", err)
 	}
 	out := make([]listedSandbox, 0, len(sbs))
 	for _, sb := range sbs {
@@ -40,9 +48,11 @@ func (h *Handler) listV1(w http.ResponseWriter, r *http.Request, c Caller) error
 	return nil
 }
 
-// listV2 is GET /v2/sandboxes: ?state=running,paused &metadata= &limit=
-// &nextToken= &order=asc|desc (by start time, newest first by default),
-// with X-Next-Token while more pages exist.
+// listV2 is GET /v2/sandboxes: ?state=running,paused &metadata=
+// &template= &startedAfter= &limit= &nextToken= &order=asc|desc (by start
+// time, newest first by default), with X-Next-Token while more pages
+// exist. Every filter and the page bound go to the store: one page is
+// one bounded query, however many records the caller has.
 func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error {
 	q := r.URL.Query()
 	states, err := stateFilter(q["state"])
@@ -57,27 +67,32 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 	if err != nil {
 		return err
 	}
-	desc := q.Get("order") != "asc"
-	sbs, err := h.owned(r, c, states, md)
-	if err != nil {
-		return err
+	f := sandbox.Filter{
+		Owner: c.Owner, States: states, Metadata: md, Limit: limit,
+		Desc: q.Get("order") != "asc", Token: q.Get("nextToken"),
+	}
+	if len(f.Token) > maxTokenBytes {
+		return fmt.Errorf("nextToken %q is not one this server made: %w", truncate(f.Token, 40), errdefs.ErrInvalidArgument)
 	}
 	if tmpl := q.Get("template"); tmpl != "" {
-		sbs = slices.DeleteFunc(sbs, func(sb sandbox.Sandbox) bool { return sb.Template != kilnTemplate(tmpl) })
+		f.Template = kilnTemplate(tmpl)
 	}
 	if after := q.Get("startedAfter"); after != "" {
 		t, err := time.Parse(time.RFC3339, after)
 		if err != nil {
 			return fmt.Errorf("startedAfter %q: want RFC 3339: %w", truncate(after, 40), errdefs.ErrInvalidArgument)
 		}
-		sbs = slices.DeleteFunc(sbs, func(sb sandbox.Sandbox) bool { return !sb.CreatedAt.After(t) })
+		f.CreatedAfter = t
 	}
-	page, next, err := paginate(sbs, sandboxKey, desc, q.Get("nextToken"), limit)
+	sbs, next, err := h.m.List(r.Context(), f)
+	if errors.Is(err, errdefs.ErrInvalidArgument) && f.Token != "" {
+		return fmt.Errorf("nextToken %q is not one this server made: %w", truncate(f.Token, 40), errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("listing sandboxes: %w", err)
 	}
-	out := make([]listedSandbox, 0, len(page))
-	for _, sb := range page {
+	out := make([]listedSandbox, 0, len(sbs))
+	for _, sb := range sbs {
 		out = append(out, listed(sb))
 	}
 	if next != "" {
@@ -85,23 +100,6 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// owned returns the caller's sandboxes in states matching md.
-func (h *Handler) owned(r *http.Request, c Caller, states []sandbox.State, md map[string]string) ([]sandbox.Sandbox, error) {
-	var out []sandbox.Sandbox
-	f := sandbox.Filter{Owner: c.Owner, States: states, Metadata: md, Limit: 1000}
-	for {
-		sbs, next, err := h.m.List(r.Context(), f)
-		if err != nil {
-			return nil, fmt.Errorf("listing sandboxes: %w", err)
-		}
-		out = append(out, sbs...)
-		if next == "" || len(out) > 100000 {
-			return out, nil
-		}
-		f.Token = next
-	}
 }
 
 // stateFilter parses ?state=running,paused (comma-joined or repeated);
@@ -211,9 +209,6 @@ func decodeToken(token string) (time.Time, string, error) {
 	}
 	return time.Unix(0, n).UTC(), id, nil
 }
-
-// sandboxKey orders sandboxes by start time.
-func sandboxKey(sb sandbox.Sandbox) (time.Time, string) { return sb.CreatedAt, sb.ID.String() }
 
 // pageLimit parses ?limit= (default and maximum E2B's).
 func pageLimit(s string) (int, error) {

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"maps"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -46,17 +47,29 @@ type SpecOptions struct {
 	NetNS string
 }
 
-// defaultCaps is Docker's default capability set: no SYS_ADMIN (mount),
-// SYS_MODULE, SYS_PTRACE, NET_ADMIN, SYS_TIME, ...
+// defaultCaps is what a sandbox's root keeps: Docker's default set less
+// CAP_NET_RAW (raw and packet sockets: forged packets, sniffing),
+// CAP_MKNOD (device nodes; the device cgroup denies them anyway) and
+// CAP_SETFCAP (file capabilities, inert under no-new-privileges). Like
+// Docker's, it has no SYS_ADMIN (mount), SYS_MODULE, SYS_PTRACE,
+// NET_ADMIN, SYS_TIME, ... Each one kept is what root in a template needs
+// (docs/security.md): the agent's privilege drops and kills, apt-get and
+// dpkg, chown, sudo and su, servers on ports below 1024.
 var defaultCaps = []string{
-	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
-	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP",
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// sysctls are set in the sandbox's own network namespace: ping works
+// without CAP_NET_RAW through unprivileged ICMP sockets, for every group.
+var sysctls = map[string]string{
+	"net.ipv4.ping_group_range": "0 2147483647",
 }
 
 // NewSpec builds the spec for a sandbox: the process runs as root (it is
 // kiln-agent, PID 1, which drops privileges for user commands) with
-// Docker's default capabilities, no new privileges, fresh pid, ipc, uts,
+// defaultCaps, no new privileges, fresh pid, ipc, uts,
 // mount and network namespaces (loopback only), cgroup limits and, for
 // runc, a seccomp deny list (gVisor ignores it and filters on its own).
 func NewSpec(o SpecOptions) *specs.Spec {
@@ -88,6 +101,7 @@ func NewSpec(o SpecOptions) *specs.Spec {
 		Hostname: o.Hostname,
 		Mounts:   defaultMounts(),
 		Linux: &specs.Linux{
+			Sysctl:      maps.Clone(sysctls),
 			CgroupsPath: o.CgroupsPath,
 			Resources:   resources(o.Limits),
 			Namespaces: []specs.LinuxNamespace{

@@ -33,7 +33,7 @@ func TestNewSpec(t *testing.T) {
 			t.Errorf("caps = %v", set)
 		}
 	}
-	for _, c := range []string{"CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_NET_ADMIN"} {
+	for _, c := range []string{"CAP_SYS_ADMIN", "CAP_SYS_MODULE", "CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_NET_RAW", "CAP_MKNOD", "CAP_SETFCAP"} {
 		if slices.Contains(p.Capabilities.Bounding, c) {
 			t.Errorf("%s granted", c)
 		}

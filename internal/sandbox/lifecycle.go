@@ -15,6 +15,14 @@ import (
 // reapInterval is how often expired sandboxes are looked for.
 const reapInterval = time.Second
 
+// pruneEvery is how often the records of sandboxes that ended more than
+// RetainEnded ago are deleted, and pruneBatch how many one statement
+// deletes (a short write transaction, however many are due).
+const (
+	pruneEvery = time.Minute
+	pruneBatch = 500
+)
+
 // timeout resolves a requested lifetime against the server's default and
 // ceiling.
 func (m *Manager) timeout(d time.Duration) (time.Duration, error) {
@@ -89,15 +97,21 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 
 // reaper ends sandboxes whose time is up: running ones are killed, or
 // paused if they have AutoPause; paused ones are deleted once they have
-// been paused for MaxPausedLifetime.
+// been paused for MaxPausedLifetime. It also deletes the records of
+// sandboxes that ended more than RetainEnded ago.
 func (m *Manager) reaper() {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
+	var pruned time.Time
 	for {
 		select {
 		case <-m.done:
 			return
 		case now := <-t.C:
+			if retain := m.cfg.Limits.RetainEnded; retain > 0 && now.Sub(pruned) >= min(pruneEvery, retain/2) {
+				pruned = now
+				m.pruneEnded(now.Add(-retain))
+			}
 			for _, sb := range m.Live() {
 				if !expired(sb, now) {
 					continue
@@ -107,6 +121,29 @@ func (m *Manager) reaper() {
 				cancel()
 			}
 		}
+	}
+}
+
+// pruneEnded deletes the records of sandboxes that ended before cutoff,
+// a batch at a time, for at most a minute (the rest wait for the next
+// round).
+func (m *Manager) pruneEnded(cutoff time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	total := 0
+	for {
+		n, err := m.store.DeleteEnded(ctx, cutoff, pruneBatch)
+		total += n
+		if err != nil {
+			m.log.Error("deleting records of ended sandboxes", "err", err)
+			break
+		}
+		if n < pruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		m.log.Info("deleted records of ended sandboxes", "count", total, "ended_before", cutoff.UTC())
 	}
 }
 

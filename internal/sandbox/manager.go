@@ -232,10 +232,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if !ok {
 		return Sandbox{}, fmt.Errorf("runtime %q: %w (want one of %s)", opts.Runtime, errdefs.ErrInvalidArgument, strings.Join(slices.Sorted(maps.Keys(m.runtimes)), ", "))
 	}
-	if err := validateVars("env", opts.Env, true); err != nil {
-		return Sandbox{}, err
-	}
-	if err := validateVars("metadata", opts.Metadata, false); err != nil {
+	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
 		return Sandbox{}, err
 	}
 	timeout, err := m.timeout(opts.Timeout)
@@ -580,6 +577,9 @@ func (m *Manager) transition(ctx context.Context, b *box, to State, reason strin
 	if reason != "" {
 		rec.Reason = reason
 	}
+	if to.Terminal() {
+		rec = rec.Ended(to, reason, time.Now()) // the store keeps a tombstone
+	}
 	// Persist with a detached context: a client that went away must not
 	// leave the record behind the sandbox's real state.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -589,7 +589,7 @@ func (m *Manager) transition(ctx context.Context, b *box, to State, reason strin
 	}
 	// Field by field: admit reads Owner and Limits of live boxes under
 	// m.mu alone (the soak's race detector caught a whole-record write).
-	b.rec.State, b.rec.Reason = rec.State, rec.Reason
+	b.rec.State, b.rec.Reason, b.rec.EndedAt = rec.State, rec.Reason, rec.EndedAt
 	return nil
 }
 

@@ -129,10 +129,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 // checkRequest validates a create request's env, metadata and timeout,
 // and resolves the timeout.
 func (m *Manager) checkRequest(opts CreateOptions) (time.Duration, error) {
-	if err := validateVars("env", opts.Env, true); err != nil {
-		return 0, err
-	}
-	if err := validateVars("metadata", opts.Metadata, false); err != nil {
+	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
 		return 0, err
 	}
 	return m.timeout(opts.Timeout)

@@ -6,6 +6,7 @@ package sandbox
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/config"
@@ -48,6 +49,25 @@ type Sandbox struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 	// PausedAt is when it was paused; zero unless it is paused.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// EndedAt is when it became stopped or failed; zero while it lives.
+	// Its record is kept, without Env and Metadata, for the server's
+	// RetainEnded after that, then deleted (see Store).
+	EndedAt time.Time `json:"ended_at,omitzero"`
+}
+
+// Ended returns s as the record of an ended sandbox: state and reason
+// set, EndedAt set to at unless it is already set, and the bulky fields
+// that only a live sandbox needs (Env, Metadata) dropped.
+func (s Sandbox) Ended(state State, reason string, at time.Time) Sandbox {
+	s.State = state
+	if reason != "" {
+		s.Reason = reason
+	}
+	if s.EndedAt.IsZero() {
+		s.EndedAt = at.UTC()
+	}
+	s.Env, s.Metadata = nil, nil
+	return s
 }
 
 // CreateOptions say what sandbox to make. Zero values take the template's
@@ -78,6 +98,80 @@ type CreateOptions struct {
 	Cold bool
 	// Network: nil or a zero Mode takes the server's default.
 	Network *NetworkOptions
+}
+
+// Caps on a sandbox's metadata, checked on every create (native and E2B,
+// fresh or from a snapshot): E2B documents none, these keep a record small
+// enough that listing a full page of them stays cheap. Keys count towards
+// the total as well as values.
+const (
+	MaxMetadataPairs      = 64
+	MaxMetadataKeyBytes   = 256
+	MaxMetadataValueBytes = 4 << 10
+	MaxMetadataBytes      = 16 << 10
+)
+
+// MaxEnvBytes caps the total size of a create request's env (names and
+// values): a process's whole environment must fit in the kernel's
+// argument space anyway, and the record keeps it while the sandbox lives.
+const MaxEnvBytes = 64 << 10
+
+// validateRecordVars checks a create request's env and metadata: each
+// entry (validateVars) and the caps above. Every create path calls it.
+func validateRecordVars(env, md map[string]string) error {
+	if err := validateVars("env", env, true); err != nil {
+		return err
+	}
+	if err := validateEnvSize(env); err != nil {
+		return err
+	}
+	return validateMetadata(md)
+}
+
+// validateMetadata checks metadata against the caps above; the messages
+// echo at most a short prefix of a key.
+func validateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataPairs {
+		return fmt.Errorf("metadata: %d pairs, at most %d: %w", len(md), MaxMetadataPairs, errdefs.ErrInvalidArgument)
+	}
+	total := 0
+	for k, v := range md {
+		switch {
+		case k == "" || len(k) > MaxMetadataKeyBytes:
+			return fmt.Errorf("metadata key %q: want 1-%d bytes: %w", clip(k), MaxMetadataKeyBytes, errdefs.ErrInvalidArgument)
+		case len(v) > MaxMetadataValueBytes:
+			return fmt.Errorf("metadata %q: value of %d bytes, at most %d: %w", clip(k), len(v), MaxMetadataValueBytes, errdefs.ErrInvalidArgument)
+		case strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0):
+			return fmt.Errorf("metadata %q: keys may not contain '=' or NUL, values not NUL: %w", clip(k), errdefs.ErrInvalidArgument)
+		}
+		total += len(k) + len(v)
+	}
+	if total > MaxMetadataBytes {
+		return fmt.Errorf("metadata: %d bytes in all, at most %d: %w", total, MaxMetadataBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// validateEnvSize checks the total size of env against MaxEnvBytes (the
+// entries themselves are checked by validateVars).
+func validateEnvSize(env map[string]string) error {
+	total := 0
+	for k, v := range env {
+		total += len(k) + len(v) + 2 // "=" and the NUL after it
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("env: %d bytes in all, at most %d: %w", total, MaxEnvBytes, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	const n = 32
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Quota bounds what one owner may hold at once; zero fields are unlimited.

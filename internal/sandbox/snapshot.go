@@ -266,6 +266,9 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 		meta = map[string]string{}
 	}
 	maps.Copy(meta, opts.Metadata)
+	if err := validateMetadata(meta); err != nil {
+		return Sandbox{}, fmt.Errorf("snapshot %q's metadata with the request's: %w", name, err)
+	}
 	rec := Sandbox{
 		ID: NewID(), Template: snap.Template, Runtime: snap.Runtime, State: StateCreating,
 		Limits: snap.Limits, User: snap.User, Workdir: snap.Workdir, Env: env, Metadata: meta,

@@ -14,11 +14,15 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
-// microsecond, in UTC.
+// microsecond, in UTC. An ended record is stored without env and metadata
+// (see sandbox.Store).
 func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	if sb.State.Terminal() {
+		sb = sb.Ended(sb.State, "", time.Now())
+	}
 	limits, err := json.Marshal(sb.Limits)
 	if err != nil {
 		return fmt.Errorf("encoding sandbox %s limits: %w", sb.ID, err)
@@ -32,17 +36,17 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		return fmt.Errorf("encoding sandbox %s metadata: %w", sb.ID, err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
 			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
-			auto_resume = excluded.auto_resume`,
+			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
 		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt))
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -62,8 +66,9 @@ func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox,
 	return sb, nil
 }
 
-// ListSandboxes returns records matching f, oldest first, one page at a
-// time; the returned token fetches the next page ("" at the end).
+// ListSandboxes returns records matching f, oldest first (newest first
+// with f.Desc), one page at a time; the returned token fetches the next
+// page ("" at the end).
 func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error) {
 	size, err := page.Size(f.Limit)
 	if err != nil {
@@ -79,8 +84,18 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
+	cmp, order := `>`, `created_at, id`
+	if f.Desc {
+		cmp, order = `<`, `created_at DESC, id DESC`
+	}
 	if ok {
-		where = append(where, `(created_at, id) > (`+arg(after.CreatedAt)+`, `+arg(after.ID)+`)`)
+		where = append(where, `(created_at, id) `+cmp+` (`+arg(after.CreatedAt)+`, `+arg(after.ID)+`)`)
+	}
+	if f.Template != "" {
+		where = append(where, `template = `+arg(f.Template))
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, `created_at > `+arg(f.CreatedAfter.Truncate(time.Microsecond)))
 	}
 	if f.Owner != "" {
 		where = append(where, `owner = `+arg(f.Owner))
@@ -106,7 +121,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	q += ` ORDER BY created_at, id LIMIT ` + arg(size+1) // one more tells whether there is a next page
+	q += ` ORDER BY ` + order + ` LIMIT ` + arg(size+1) // one more tells whether there is a next page
 
 	rows, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
@@ -132,6 +147,18 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 	return out, page.Encode(page.Key{CreatedAt: last.CreatedAt, ID: string(last.ID)}), nil
 }
 
+// DeleteEnded removes up to limit records of sandboxes that ended before
+// before, oldest end first.
+func (s *Store) DeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE id IN (
+		SELECT id FROM sandboxes WHERE ended_at < $1 AND state = ANY($2::text[]) ORDER BY ended_at LIMIT $3)`,
+		before, []string{string(sandbox.StateStopped), string(sandbox.StateFailed)}, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended sandboxes: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // DeleteSandbox removes a record; deleting a missing one succeeds.
 func (s *Store) DeleteSandbox(ctx context.Context, id sandbox.ID) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM sandboxes WHERE id = $1`, string(id)); err != nil {
@@ -148,11 +175,15 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		id, state         string
 		limits, env, meta []byte
 		expires, paused   *time.Time
+		ended             *time.Time
 		timeout           int64
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended); err != nil {
 		return sb, err
+	}
+	if ended != nil {
+		sb.EndedAt = ended.UTC()
 	}
 	sb.ID, sb.State = sandbox.ID(id), sandbox.State(state)
 	sb.CreatedAt = sb.CreatedAt.UTC()

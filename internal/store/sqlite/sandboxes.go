@@ -15,11 +15,15 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
-// microsecond, in UTC.
+// microsecond, in UTC. An ended record is stored without env and metadata
+// (see sandbox.Store).
 func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
+	if sb.State.Terminal() {
+		sb = sb.Ended(sb.State, "", time.Now())
+	}
 	limits, env, meta, err := encodeMaps(sb)
 	if err != nil {
 		return err
@@ -32,17 +36,17 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 	// cascade to its metadata mid-statement.
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
 			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
-			auto_resume = excluded.auto_resume`,
+			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, limits, sb.User, sb.Workdir,
 		env, meta, sb.Owner, sb.Node, micros(sb.CreatedAt), nullMicros(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt))
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -74,8 +78,9 @@ func (s *Store) GetSandbox(ctx context.Context, id sandbox.ID) (sandbox.Sandbox,
 	return sb, nil
 }
 
-// ListSandboxes returns records matching f, oldest first, one page at a
-// time; the returned token fetches the next page ("" at the end).
+// ListSandboxes returns records matching f, oldest first (newest first
+// with f.Desc), one page at a time; the returned token fetches the next
+// page ("" at the end).
 func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error) {
 	size, err := page.Size(f.Limit)
 	if err != nil {
@@ -87,9 +92,21 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 	}
 	var where []string
 	var args []any
+	cmp, order := `>`, `created_at, id`
+	if f.Desc {
+		cmp, order = `<`, `created_at DESC, id DESC`
+	}
 	if ok {
-		where = append(where, `(created_at, id) > (?, ?)`)
+		where = append(where, `(created_at, id) `+cmp+` (?, ?)`)
 		args = append(args, micros(after.CreatedAt), after.ID)
+	}
+	if f.Template != "" {
+		where = append(where, `template = ?`)
+		args = append(args, f.Template)
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, `created_at > ?`)
+		args = append(args, micros(f.CreatedAfter))
 	}
 	if f.Owner != "" {
 		where = append(where, `owner = ?`)
@@ -113,7 +130,7 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, ` AND `)
 	}
-	q += ` ORDER BY created_at, id LIMIT ?`
+	q += ` ORDER BY ` + order + ` LIMIT ?`
 	args = append(args, size+1) // one more tells whether there is a next page
 
 	rows, err := s.r.QueryContext(ctx, q, args...)
@@ -138,6 +155,23 @@ func (s *Store) ListSandboxes(ctx context.Context, f sandbox.Filter) ([]sandbox.
 	out = out[:size]
 	last := out[size-1]
 	return out, page.Encode(page.Key{CreatedAt: last.CreatedAt, ID: string(last.ID)}), nil
+}
+
+// DeleteEnded removes up to limit records of sandboxes that ended before
+// before, oldest end first; their metadata rows go with them (ON DELETE
+// CASCADE).
+func (s *Store) DeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	res, err := s.w.ExecContext(ctx, `DELETE FROM sandboxes WHERE id IN (
+		SELECT id FROM sandboxes WHERE ended_at < ? AND state IN (?, ?) ORDER BY ended_at LIMIT ?)`,
+		micros(before), string(sandbox.StateStopped), string(sandbox.StateFailed), limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended sandboxes: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended sandboxes: %w", err)
+	}
+	return int(n), nil
 }
 
 // DeleteSandbox removes a record; deleting a missing one succeeds.
@@ -180,10 +214,14 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		limits, env, meta string
 		created, timeout  int64
 		expires, paused   sql.NullInt64
+		ended             sql.NullInt64
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended); err != nil {
 		return sb, err
+	}
+	if ended.Valid {
+		sb.EndedAt = fromMicros(ended.Int64)
 	}
 	sb.Timeout = time.Duration(timeout) * time.Millisecond
 	if paused.Valid {

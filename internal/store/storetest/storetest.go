@@ -34,6 +34,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"Pagination", testPagination},
 		{"PageSizeAndBadTokens", testPageSizeAndBadTokens},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"EndedTombstone", testEndedTombstone},
+		{"DeleteEnded", testDeleteEnded},
+		{"ListOrderTemplateAndTime", testListOrderTemplateAndTime},
+		{"ListBoundedOverManyEnded", testListBoundedOverManyEnded},
 		{"KeyRoundTrip", testKeyRoundTrip},
 		{"KeyDuplicates", testKeyDuplicates},
 		{"KeyNotFound", testKeyNotFound},
@@ -66,7 +70,13 @@ func stored(s sandbox.Sandbox) sandbox.Sandbox {
 	if !s.PausedAt.IsZero() {
 		s.PausedAt = s.PausedAt.Truncate(time.Microsecond).UTC()
 	}
+	if !s.EndedAt.IsZero() {
+		s.EndedAt = s.EndedAt.Truncate(time.Microsecond).UTC()
+	}
 	s.Timeout = s.Timeout.Truncate(time.Millisecond)
+	if s.State.Terminal() { // a tombstone: see sandbox.Store
+		s.Env, s.Metadata = nil, nil
+	}
 	if len(s.Env) == 0 {
 		s.Env = nil
 	}
@@ -112,7 +122,7 @@ func ids(sbs []sandbox.Sandbox) []string {
 
 func testSandboxRoundTrip(t *testing.T, s store.Backend) {
 	full := sandbox.Sandbox{
-		ID: "rtfull0000001", Template: "python-3.12", Runtime: "runc", State: sandbox.StateFailed,
+		ID: "rtfull0000001", Template: "python-3.12", Runtime: "runc", State: sandbox.StatePaused,
 		Reason: "agent did not answer: 'quoted' \"double\" ünïcode",
 		Limits: sandbox.Limits{CPUs: 0.25, MemoryBytes: 3<<30 + 7, DiskBytes: 10 << 30, Pids: 4096},
 		User:   "root", Workdir: "/srv/app dir",
@@ -132,8 +142,11 @@ func testSandboxRoundTrip(t *testing.T, s store.Backend) {
 	bare := sandbox.Sandbox{ID: "rtbare0000001", State: sandbox.StateCreating, CreatedAt: base}
 	emptyMaps := record("rtempty000001", base)
 	emptyMaps.Env, emptyMaps.Metadata = map[string]string{}, map[string]string{}
+	ended := full
+	ended.ID, ended.State = "rtended00001", sandbox.StateFailed
+	ended.EndedAt = base.Add(2*time.Hour + 4242*time.Nanosecond)
 
-	for _, in := range []sandbox.Sandbox{full, local, bare, emptyMaps} {
+	for _, in := range []sandbox.Sandbox{full, local, bare, emptyMaps, ended} {
 		t.Run(string(in.ID), func(t *testing.T) {
 			put(t, s, in)
 			got := get(t, s, in.ID)
@@ -158,7 +171,7 @@ func testSandboxReplace(t *testing.T, s store.Backend) {
 	sb.Metadata = map[string]string{"phase": "one", "keep": "yes"}
 	put(t, s, sb)
 
-	sb.State, sb.Reason = sandbox.StateStopped, "killed"
+	sb.State, sb.Reason = sandbox.StatePaused, "auto-paused"
 	sb.Metadata = map[string]string{"phase": "two"}
 	sb.ExpiresAt = base.Add(time.Hour)
 	put(t, s, sb)
@@ -240,8 +253,9 @@ func matches(sb sandbox.Sandbox, f sandbox.Filter) bool {
 	if len(f.States) > 0 && !slices.Contains(f.States, sb.State) {
 		return false
 	}
+	md := stored(sb).Metadata // ended records keep none
 	for k, v := range f.Metadata {
-		if got, ok := sb.Metadata[k]; !ok || got != v {
+		if got, ok := md[k]; !ok || got != v {
 			return false
 		}
 	}
