@@ -23,3 +23,18 @@ func ClipN(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// ClipMessage bounds a whole error message to about n bytes, keeping its
+// beginning and its end (which says what went wrong) and cutting the
+// middle: a backstop for inputs quoted without Clip.
+func ClipMessage(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	tail := n / 4
+	i := len(s) - tail
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return ClipN(s, n-tail) + s[i:]
+}

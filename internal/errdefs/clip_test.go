@@ -22,6 +22,10 @@ func TestClip(t *testing.T) {
 			t.Errorf("ClipN(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
+	msg := ClipMessage("executable \""+strings.Repeat("x", 100<<10)+"\" not found", 1024)
+	if len(msg) > 1024+len("…") || !strings.HasPrefix(msg, "executable \"xx") || !strings.HasSuffix(msg, "x\" not found") {
+		t.Errorf("ClipMessage: %d bytes, %.40q…%q", len(msg), msg, msg[len(msg)-20:])
+	}
 	big := strings.Repeat("é", 100<<10)
 	got := Clip(big)
 	if len(got) > MaxEcho+len("…") || !utf8.ValidString(got) {

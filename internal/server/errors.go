@@ -82,7 +82,7 @@ func (s *Server) apiError(r *http.Request, err error) *api.Error {
 		}
 	}
 	// A backstop for inputs quoted without errdefs.Clip.
-	e.Message = errdefs.ClipN(e.Message, maxErrorMessage)
+	e.Message = errdefs.ClipMessage(e.Message, maxErrorMessage)
 	return e
 }
 

@@ -126,7 +126,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
-	}{status, errdefs.ClipN(msg, maxErrorMessage)})
+	}{status, errdefs.ClipMessage(msg, maxErrorMessage)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
