@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -29,6 +32,8 @@ func (s *Server) exec(ctx context.Context, st *channel.Stream, p wire.ExecParams
 	args := p.Args
 	if p.Cmd != "" {
 		args = shellArgs(p.Cmd)
+	} else if err := checkRunnable(args[0]); err != nil {
+		return nil, err
 	}
 	spec := process.Spec{
 		Args:        args,
@@ -50,6 +55,27 @@ func (s *Server) exec(ctx context.Context, st *channel.Stream, p wire.ExecParams
 	defer sub.Close()
 	s.log.Debug("exec", "pid", proc.PID(), "tag", p.Tag)
 	return follow(ctx, st, sub)
+}
+
+// checkRunnable refuses a program named by path that exists but cannot
+// be run (a directory, a file without execute bits): that is the caller's
+// mistake about the file (permission denied), not a missing program.
+func checkRunnable(name string) error {
+	if !strings.Contains(name, "/") {
+		return nil // looked up in PATH: absent is not found
+	}
+	fi, err := os.Stat(name)
+	switch {
+	case err != nil:
+		return nil // the start reports it
+	case fi.IsDir():
+		return &api.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cannot run %s: is a directory", name)}
+	case !fi.Mode().IsRegular():
+		return &api.Error{Code: api.CodeInvalidArgument, Message: fmt.Sprintf("cannot run %s: not a regular file", name)}
+	case fi.Mode()&0o111 == 0:
+		return &api.Error{Code: api.CodePermissionDenied, Message: fmt.Sprintf("cannot run %s: it is not executable (mode %04o)", name, fi.Mode().Perm())}
+	}
+	return nil
 }
 
 func shellArgs(cmd string) []string {

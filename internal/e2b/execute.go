@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
 const (
@@ -76,6 +77,12 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Only one of context_id or language can be provided", http.StatusBadRequest)
 		return
 	}
+	if err := sandbox.CheckEnv(req.EnvVars); err != nil {
+		// The native API's checks: the agent would fail these as internal.
+		msg := strings.TrimSuffix(err.Error(), ": "+errdefs.ErrInvalidArgument.Error())
+		http.Error(w, "env_vars"+strings.TrimPrefix(msg, "env"), http.StatusBadRequest)
+		return
+	}
 	p := wire.ExecuteParams{Code: *req.Code, ContextID: req.ContextID, Env: req.EnvVars}
 	if req.ContextID == "" {
 		p.Language = language(req.Language)
@@ -103,7 +110,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	case st.claim():
 		if errors.Is(err, errdefs.ErrNotFound) && req.ContextID != "" {
-			http.Error(w, fmt.Sprintf("Context %s not found", req.ContextID), http.StatusNotFound)
+			http.Error(w, fmt.Sprintf("Context %s not found", errdefs.Clip(req.ContextID)), http.StatusNotFound)
 			return
 		}
 		h.textError(w, r, fmt.Errorf("executing code: %w", err))

@@ -87,7 +87,7 @@ func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
 	}
 	log.Warn("failing sandbox that did not survive a restart", "state", rec.State, "reason", reason)
 	m.cleanup(ctx, rec.ID, rt)
-	rec.State, rec.Reason = StateFailed, reason
+	rec.State, rec.Reason = StateFailed, m.shortReason(rec.ID, reason)
 	if err := m.store.PutSandbox(ctx, rec); err != nil {
 		log.Error("recording lost sandbox", "err", err)
 	}

@@ -427,7 +427,13 @@ func (m *Manager) watch(b *box, conn *channel.Conn) {
 	if err := conn.Err(); err != nil && !errors.Is(err, io.EOF) {
 		reason += ": " + err.Error()
 	}
-	reason += agentLogTail(b.dir)
+	// The agent's last words go to the log; the reason keeps the one
+	// line that says why it died, if it says.
+	crash, tail := agentCrash(b.dir)
+	if crash != "" {
+		reason += " (agent: " + crash + ")"
+	}
+	m.log.Warn("sandbox exited unexpectedly", "sandbox_id", b.rec.ID, "err", conn.Err(), "agent_log", tail)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := m.destroy(ctx, b.rec.ID, StateFailed, reason); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
@@ -575,10 +581,10 @@ func (m *Manager) transition(ctx context.Context, b *box, to State, reason strin
 	rec := b.rec
 	rec.State = to
 	if reason != "" {
-		rec.Reason = reason
+		rec.Reason = m.shortReason(rec.ID, reason)
 	}
 	if to.Terminal() {
-		rec = rec.Ended(to, reason, time.Now()) // the store keeps a tombstone
+		rec = rec.Ended(to, rec.Reason, time.Now()) // the store keeps a tombstone
 	}
 	// Persist with a detached context: a client that went away must not
 	// leave the record behind the sandbox's real state.

@@ -5,6 +5,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -183,27 +184,21 @@ type Quota struct {
 // limitsFor resolves requested limits against template and server
 // defaults and checks them against the ceilings.
 func limitsFor(req Limits, tmpl Limits, cfg config.Limits) (Limits, error) {
-	pick := func(vals ...float64) float64 {
-		for _, v := range vals {
-			if v != 0 {
-				return v
-			}
-		}
-		return 0
-	}
+	// Integers are picked as integers: through a float64, 2^63-1 became
+	// -2^63 and the error quoted a negative size.
 	l := Limits{
-		CPUs:        pick(req.CPUs, tmpl.CPUs, cfg.DefaultCPUs),
-		MemoryBytes: int64(pick(float64(req.MemoryBytes), float64(tmpl.MemoryBytes), float64(cfg.DefaultMemoryBytes))),
-		DiskBytes:   int64(pick(float64(req.DiskBytes), float64(tmpl.DiskBytes), float64(cfg.DefaultDiskBytes))),
-		Pids:        int64(pick(float64(req.Pids), float64(tmpl.Pids), float64(cfg.DefaultPids))),
+		CPUs:        cmp.Or(req.CPUs, tmpl.CPUs, cfg.DefaultCPUs),
+		MemoryBytes: cmp.Or(req.MemoryBytes, tmpl.MemoryBytes, cfg.DefaultMemoryBytes),
+		DiskBytes:   cmp.Or(req.DiskBytes, tmpl.DiskBytes, cfg.DefaultDiskBytes),
+		Pids:        cmp.Or(req.Pids, tmpl.Pids, cfg.DefaultPids),
 	}
 	switch {
 	case l.CPUs < 0.05 || l.CPUs > cfg.MaxCPUs:
 		return l, fmt.Errorf("cpus %v outside [0.05, %v]: %w", l.CPUs, cfg.MaxCPUs, errdefs.ErrInvalidArgument)
 	case l.MemoryBytes < 64*config.MiB || l.MemoryBytes > cfg.MaxMemoryBytes:
-		return l, fmt.Errorf("memory %d MiB outside [64 MiB, %d MiB]: %w", l.MemoryBytes/config.MiB, cfg.MaxMemoryBytes/config.MiB, errdefs.ErrInvalidArgument)
+		return l, fmt.Errorf("memory of %d bytes outside [64 MiB, %d MiB]: %w", l.MemoryBytes, cfg.MaxMemoryBytes/config.MiB, errdefs.ErrInvalidArgument)
 	case l.DiskBytes < 64*config.MiB || l.DiskBytes > cfg.MaxDiskBytes:
-		return l, fmt.Errorf("disk %d MiB outside [64 MiB, %d MiB]: %w", l.DiskBytes/config.MiB, cfg.MaxDiskBytes/config.MiB, errdefs.ErrInvalidArgument)
+		return l, fmt.Errorf("disk of %d bytes outside [64 MiB, %d MiB]: %w", l.DiskBytes, cfg.MaxDiskBytes/config.MiB, errdefs.ErrInvalidArgument)
 	case l.Pids < 16 || l.Pids > cfg.MaxPids:
 		return l, fmt.Errorf("pids %d outside [16, %d]: %w", l.Pids, cfg.MaxPids, errdefs.ErrInvalidArgument)
 	}

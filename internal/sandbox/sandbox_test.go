@@ -288,6 +288,10 @@ func TestSandboxDeathIsCleanedUp(t *testing.T) {
 				if !strings.Contains(sb.Reason, "exited unexpectedly") {
 					t.Errorf("failed with reason %q", sb.Reason)
 				}
+				// Short, one line, no host paths: details are in the log.
+				if len(sb.Reason) > 210 || strings.Contains(sb.Reason, "\n") || strings.Contains(sb.Reason, cfg.StateDir) {
+					t.Errorf("reason is not a short line: %q", sb.Reason)
+				}
 				break
 			}
 			if time.Now().After(deadline) {

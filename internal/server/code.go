@@ -88,7 +88,7 @@ func (s *Server) executeParams(req api.CodeRequest) (wire.ExecuteParams, error) 
 			return p, err
 		}
 	}
-	if err := checkEnv(req.Env); err != nil {
+	if err := sandbox.CheckEnv(req.Env); err != nil {
 		return p, err
 	}
 	l := s.cfg.Limits
@@ -182,7 +182,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := checkEnv(req.Env); err != nil {
+	if err := sandbox.CheckEnv(req.Env); err != nil {
 		return err
 	}
 	a, err := s.agent(r)

@@ -401,6 +401,7 @@ func TestCodeValidation(t *testing.T) {
 		{"bad context id", "POST", "/code", `{"code":"1","context_id":"../x"}`, 400},
 		{"bad env", "POST", "/code", `{"code":"1","env":{"A=B":"c"}}`, 400},
 		{"reserved env", "POST", "/code", `{"code":"1","env":{"KILN_X":"c"}}`, 400},
+		{"NUL in env", "POST", "/code", `{"code":"1","env":{"A":"b\u0000c"}}`, 400},
 		{"unknown field", "POST", "/code", `{"code":"1","lang":"r"}`, 400},
 		{"valid code, no sandbox", "POST", "/code", `{"code":"1","language":"c++","timeout":2.5}`, 404},
 		{"context bad language", "POST", "/contexts", `{"language":"-"}`, 400},

@@ -67,7 +67,7 @@ func (s *Server) execParams(req api.CommandRequest) (wire.ExecParams, error) {
 			return p, err
 		}
 	}
-	if err := checkEnv(req.Env); err != nil {
+	if err := sandbox.CheckEnv(req.Env); err != nil {
 		return p, err
 	}
 	var err error
@@ -77,8 +77,8 @@ func (s *Server) execParams(req api.CommandRequest) (wire.ExecParams, error) {
 	if p.TimeoutMs, p.OutputLimit, err = s.commandLimits(req); err != nil {
 		return p, err
 	}
-	if len(req.Tag) > 256 {
-		return p, invalid("tag longer than 256 bytes")
+	if err := sandbox.CheckTag(req.Tag); err != nil {
+		return p, err
 	}
 	if req.PTY != nil {
 		if req.PTY.Cols == 0 || req.PTY.Rows == 0 {
@@ -126,24 +126,6 @@ func checkArgv(args []string, cmd string) error {
 	for i, a := range args {
 		if strings.ContainsRune(a, 0) {
 			return invalid("args[%d] contains a NUL byte", i)
-		}
-	}
-	return nil
-}
-
-// checkEnv validates a command's environment variables.
-func checkEnv(env map[string]string) error {
-	if len(env) > 256 {
-		return invalid("env: more than 256 variables")
-	}
-	for k, v := range env {
-		switch {
-		case k == "" || len(k) > 256 || len(v) > 32<<10:
-			return invalid("env %q: name must be 1-256 bytes and value at most 32 KiB", truncate(k, 64))
-		case strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0):
-			return invalid("env %q: names may not contain '=' or NUL, values not NUL", truncate(k, 64))
-		case strings.HasPrefix(k, "KILN_"):
-			return invalid("env %q: the KILN_ prefix is reserved", truncate(k, 64))
 		}
 	}
 	return nil

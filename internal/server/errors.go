@@ -81,8 +81,13 @@ func (s *Server) apiError(r *http.Request, err error) *api.Error {
 			e.Message = strings.ReplaceAll(e.Message, dir, "…")
 		}
 	}
+	// A backstop for inputs quoted without errdefs.Clip.
+	e.Message = errdefs.ClipMessage(e.Message, maxErrorMessage)
 	return e
 }
+
+// maxErrorMessage bounds an error message a client gets.
+const maxErrorMessage = 1024
 
 // writeError answers with err unless the response has begun (a stream),
 // and logs what the client did not see.

@@ -10,16 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
-
-// maxUploadParts bounds the files of one multipart upload.
-const maxUploadParts = 1000
 
 // readFile streams a file's contents.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
@@ -164,8 +163,8 @@ func uploadParts(ctx context.Context, a *sandbox.Agent, mr *multipart.Reader, di
 			}
 			continue // a form field, not a file
 		}
-		if len(infos) == maxUploadParts {
-			return nil, invalid("more than %d files in one upload", maxUploadParts)
+		if len(infos) == sandbox.MaxUploadFiles {
+			return nil, invalid("more than %d files in one upload", sandbox.MaxUploadFiles)
 		}
 		fi, err := a.WriteFile(ctx, wire.WriteParams{Path: name, User: user}, part)
 		part.Close()
@@ -178,7 +177,8 @@ func uploadParts(ctx context.Context, a *sandbox.Agent, mr *multipart.Reader, di
 
 // partPath is where a part goes: its raw filename (multipart.Part's
 // FileName keeps only the base name) joined to dir. "" means the part is
-// not a file.
+// not a file. A filename may name subdirectories but not "..": the part
+// stays under dir (or, without dir, where its name says).
 func partPath(disposition, dir string) (string, error) {
 	_, params, err := mime.ParseMediaType(disposition)
 	if err != nil {
@@ -190,6 +190,9 @@ func partPath(disposition, dir string) (string, error) {
 	}
 	if err := checkPath("part filename", name); err != nil {
 		return "", err
+	}
+	if slices.Contains(strings.Split(name, "/"), "..") {
+		return "", invalid("part filename %q: must not contain '..'", errdefs.ClipN(name, 64))
 	}
 	if dir != "" {
 		name = path.Join(dir, name)

@@ -153,12 +153,35 @@ func classify(verb, path string, err error) error {
 		code, msg = api.CodeResourceExhausted, fmt.Sprintf("disk full: %s %s: %v", verb, path, errno)
 	case unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EFBIG:
 		code = api.CodeResourceExhausted
-	case unix.ENOTDIR, unix.EISDIR, unix.EINVAL, unix.ENAMETOOLONG, unix.ELOOP:
+	case unix.ENOTDIR, unix.EISDIR, unix.EINVAL, unix.ENAMETOOLONG, unix.ELOOP,
+		unix.ESPIPE, unix.ENOTTY, unix.EOPNOTSUPP, unix.EBADF:
 		code = api.CodeInvalidArgument
-	case unix.ENOTEMPTY, unix.EXDEV, unix.EROFS, unix.EBUSY, unix.ETXTBSY:
+	case unix.ENOTEMPTY, unix.EXDEV, unix.EROFS, unix.EBUSY, unix.ETXTBSY,
+		unix.EIO, unix.ENXIO, unix.ENODEV, unix.EAGAIN, unix.EPIPE:
+		// The file's state or kind, not the agent, is why it failed
+		// (/proc/self/mem's EIO, /dev/tty's ENXIO without a terminal).
 		code = api.CodeFailedPrecondition
 	}
 	return &api.Error{Code: code, Message: msg}
+}
+
+// notRegular refuses a read or write of what is not a regular file: a
+// FIFO or socket would block, a device may never end.
+func notRegular(verb, path string, fi fs.FileInfo) error {
+	kind := "special file"
+	switch m := fi.Mode(); {
+	case m.IsDir():
+		kind = "directory"
+	case m&fs.ModeNamedPipe != 0:
+		kind = "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		kind = "socket"
+	case m&fs.ModeCharDevice != 0:
+		kind = "character device"
+	case m&fs.ModeDevice != 0:
+		kind = "block device"
+	}
+	return apiErrorf(api.CodeInvalidArgument, "%s %s: is a %s, not a regular file", verb, path, kind)
 }
 
 // fileInfo describes fi, found at path.

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kiln-sh/kiln/api"
 )
 
@@ -24,7 +26,9 @@ func (s *Service) Read(ctx context.Context, u User, path string, send func([]byt
 	var info api.FileInfo
 	err = asUser(u, func() error {
 		var err error
-		if f, err = os.Open(p); err != nil {
+		// Non-blocking, so that opening a FIFO without a writer does not
+		// wait for one; only regular files are read.
+		if f, err = os.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK, 0); err != nil {
 			return err
 		}
 		fi, err := f.Stat()
@@ -32,9 +36,9 @@ func (s *Service) Read(ctx context.Context, u User, path string, send func([]byt
 			f.Close()
 			return err
 		}
-		if fi.IsDir() {
+		if !fi.Mode().IsRegular() {
 			f.Close()
-			return apiErrorf(api.CodeInvalidArgument, "reading %s: is a directory", p)
+			return notRegular("reading", p, fi)
 		}
 		info = fileInfo(p, fi, loadNames())
 		return nil

@@ -7,7 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
 )
@@ -40,6 +43,9 @@ func (s *Service) Write(ctx context.Context, u User, path string, o WriteOptions
 	p, err := Resolve(u, path)
 	if err != nil {
 		return api.FileInfo{}, err
+	}
+	if strings.HasSuffix(path, "/") {
+		return api.FileInfo{}, apiErrorf(api.CodeInvalidArgument, "writing %s: a path ending in / names a directory, not a file", p)
 	}
 	if o.XattrPrefix != "" {
 		if err := checkXattrs(o.XattrPrefix, o.Xattrs); err != nil {
@@ -108,6 +114,8 @@ func openForWrite(target string, o WriteOptions) (f *os.File, temp string, err e
 	switch {
 	case err == nil && old.IsDir():
 		return nil, "", apiErrorf(api.CodeInvalidArgument, "writing %s: is a directory", target)
+	case err == nil && !old.Mode().IsRegular():
+		return nil, "", notRegular("writing", target, old)
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return nil, "", err
 	}
@@ -124,7 +132,7 @@ func openForWrite(target string, o WriteOptions) (f *os.File, temp string, err e
 		if !o.Append {
 			flag = os.O_TRUNC
 		}
-		f, err = os.OpenFile(target, os.O_WRONLY|os.O_CREATE|flag, mode)
+		f, err = openRegular(target, os.O_WRONLY|os.O_CREATE|flag, mode)
 		if err == nil && !exists {
 			err = f.Chmod(mode) // beat the umask
 		}
@@ -132,7 +140,7 @@ func openForWrite(target string, o WriteOptions) (f *os.File, temp string, err e
 	}
 	f, err = os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".kiln-*")
 	if errors.Is(err, fs.ErrPermission) && exists {
-		f, err = os.OpenFile(target, os.O_WRONLY|os.O_TRUNC, 0)
+		f, err = openRegular(target, os.O_WRONLY|os.O_TRUNC, 0)
 		return f, "", err
 	}
 	if err != nil {
@@ -148,6 +156,25 @@ func openForWrite(target string, o WriteOptions) (f *os.File, temp string, err e
 		return nil, "", err
 	}
 	return f, f.Name(), nil
+}
+
+// openRegular opens a file to write in place without blocking (a FIFO
+// that replaced it since the caller's stat has no reader to wait for),
+// and refuses anything but a regular file.
+func openRegular(name string, flag int, mode fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(name, flag|unix.O_NONBLOCK, mode)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = notRegular("writing", name, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // sysStat returns the raw stat of fi, if there is one.

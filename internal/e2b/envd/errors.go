@@ -51,12 +51,17 @@ func rpcError(err error) error {
 			return connect.NewError(c.code, errors.New(message(err, c.class)))
 		}
 	}
-	return connect.NewError(connect.CodeInternal, err)
+	return connect.NewError(connect.CodeInternal, errors.New(errdefs.ClipMessage(err.Error(), maxErrorMessage)))
 }
 
-// message is err's text without the ": <class>" that wrapping added.
+// maxErrorMessage bounds an error message a client gets: a backstop for
+// the inputs the messages quote (each clipped by errdefs.Clip).
+const maxErrorMessage = 1024
+
+// message is err's text without the ": <class>" that wrapping added,
+// at most maxErrorMessage bytes.
 func message(err, class error) string {
-	return strings.TrimSuffix(err.Error(), ": "+class.Error())
+	return errdefs.ClipMessage(strings.TrimSuffix(err.Error(), ": "+class.Error()), maxErrorMessage)
 }
 
 // httpStatus is the status of err on envd's plain-HTTP endpoints.
@@ -66,7 +71,7 @@ func httpStatus(err error) (int, string) {
 			return c.status, message(err, c.class)
 		}
 	}
-	return http.StatusInternalServerError, err.Error()
+	return http.StatusInternalServerError, errdefs.ClipMessage(err.Error(), maxErrorMessage)
 }
 
 // is reports whether err is a Connect error with code.
@@ -75,7 +80,7 @@ func is(err error, code connect.Code) bool {
 }
 
 func rpcErrorf(code connect.Code, format string, args ...any) error {
-	return connect.NewError(code, fmt.Errorf(format, args...))
+	return connect.NewError(code, errors.New(errdefs.ClipMessage(fmt.Sprintf(format, args...), maxErrorMessage)))
 }
 
 // sandboxGone reports whether err means the sandbox's agent went away

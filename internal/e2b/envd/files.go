@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
 // download answers GET /files: the file's contents, streamed from the
@@ -23,7 +24,7 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	user, ok := fileUser(q.Get("username"), t.sb)
 	if !ok {
-		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", errdefs.Clip(q.Get("username"))))
 		return
 	}
 	fi, status, msg := t.downloadable(r.Context(), user, expandPath(q.Get("path"), t.sb))
@@ -51,12 +52,12 @@ func (t *target) downloadable(ctx context.Context, user, p string) (api.FileInfo
 	}
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
-		return fi, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p)
+		return fi, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", errdefs.Clip(p))
 	case err != nil:
 		status, msg := httpStatus(err)
 		return fi, status, msg
 	case fi.Type == api.FileDir:
-		return fi, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", fi.Path)
+		return fi, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", errdefs.Clip(fi.Path))
 	}
 	return fi, http.StatusOK, ""
 }
@@ -153,7 +154,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	user, ok := fileUser(q.Get("username"), t.sb)
 	if !ok {
-		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", q.Get("username")))
+		writeError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': unknown user", errdefs.Clip(q.Get("username"))))
 		return
 	}
 	if err := decodeBody(r); err != nil {
@@ -176,7 +177,7 @@ func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(media, "multipart/"):
 		status, msg = up.multipart(r)
 	default:
-		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", ctype)
+		status, msg = http.StatusBadRequest, fmt.Sprintf("unsupported content type: %s, expected multipart/form-data or application/octet-stream", errdefs.Clip(ctype))
 	}
 	if status != http.StatusOK {
 		writeError(w, status, msg)
@@ -195,7 +196,7 @@ func decodeBody(r *http.Request) error {
 		}
 		r.Body = zr
 	case enc != "" && !strings.EqualFold(enc, "identity"):
-		return fmt.Errorf("unsupported Content-Encoding: %s", enc)
+		return fmt.Errorf("unsupported Content-Encoding: %s", errdefs.Clip(enc))
 	}
 	return nil
 }
@@ -234,6 +235,10 @@ func (u *uploader) multipart(r *http.Request) (int, string) {
 			part.Close()
 			continue
 		}
+		if len(u.written) == sandbox.MaxUploadFiles {
+			part.Close()
+			return http.StatusBadRequest, fmt.Sprintf("more than %d files in one upload", sandbox.MaxUploadFiles)
+		}
 		target := u.path
 		if !u.hasPath {
 			target = fileNameWithPath(part.Header.Get("Content-Disposition"))
@@ -255,7 +260,7 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 	p := expandPath(target, u.t.sb)
 	for _, e := range u.written {
 		if e.Path == p || e.Path == target {
-			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request, only the first specified file was uploaded", e.Path)
+			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request, only the first specified file was uploaded", errdefs.Clip(e.Path))
 		}
 	}
 	// In place, as envd writes, so watchers see the file's own events;
@@ -271,7 +276,7 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 	}
 	for _, e := range u.written {
 		if e.Path == fi.Path {
-			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", fi.Path)
+			return http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", errdefs.Clip(fi.Path))
 		}
 	}
 	u.written = append(u.written, fileEntry{Path: fi.Path, Name: path.Base(fi.Path), Type: "file", Metadata: fi.Xattrs})
@@ -313,9 +318,9 @@ func uploadMetadata(h http.Header) (map[string]string, error) {
 		val := strings.Join(vals, ", ")
 		switch {
 		case key == "" || !printable(key) || !printable(val):
-			return nil, fmt.Errorf("invalid metadata %q: keys and values must be printable ASCII", key)
+			return nil, fmt.Errorf("invalid metadata %q: keys and values must be printable ASCII", errdefs.Clip(key))
 		case len(key) > maxMetadataKey:
-			return nil, fmt.Errorf("metadata key %q is longer than %d bytes", key, maxMetadataKey)
+			return nil, fmt.Errorf("metadata key %q is longer than %d bytes", errdefs.Clip(key), maxMetadataKey)
 		}
 		if total += len(key) + len(val); total > maxMetadataBytes {
 			return nil, fmt.Errorf("metadata is larger than %d bytes", maxMetadataBytes)

@@ -54,9 +54,9 @@ func (s filesystemService) MakeDir(ctx context.Context, req *connect.Request[fil
 	p := wire.PathParams{Path: expandPath(req.Msg.GetPath(), t.sb), User: user}
 	switch fi, err := t.agent.Stat(ctx, p); {
 	case err == nil && fi.Type == api.FileDir:
-		return nil, rpcErrorf(connect.CodeAlreadyExists, "directory already exists: %s", fi.Path)
+		return nil, rpcErrorf(connect.CodeAlreadyExists, "directory already exists: %s", errdefs.Clip(fi.Path))
 	case err == nil:
-		return nil, rpcErrorf(connect.CodeInvalidArgument, "path already exists but it is not a directory: %s", fi.Path)
+		return nil, rpcErrorf(connect.CodeInvalidArgument, "path already exists but it is not a directory: %s", errdefs.Clip(fi.Path))
 	case !errors.Is(err, errdefs.ErrNotFound):
 		return nil, rpcError(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -23,8 +24,11 @@ type Options struct {
 }
 
 // maxMessage bounds one RPC message a client sends (stdin data is the
-// only large one).
-const maxMessage = 32 << 20
+// only large one): Connect reads a whole message into memory before the
+// handler sees it, so this is what each call may hold. Larger input goes
+// through StreamInput in several messages (the SDKs' stdin calls send
+// what the user passed in one message; envd sets no limit).
+const maxMessage = 4 << 20
 
 // DefaultOutputLimit is the per-process output cap when Options names
 // none: kiln serve's largest allowed output limit by default.
@@ -122,7 +126,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, struct {
 		Code    int    `json:"code"`
 		Message string `json:"message"`
-	}{status, msg})
+	}{status, errdefs.ClipMessage(msg, maxErrorMessage)})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -18,6 +18,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
 // processService is process.Process on top of the agent's processes.
@@ -38,6 +39,10 @@ func (s processService) Start(ctx context.Context, req *connect.Request[process.
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return rpcErrorf(connect.CodeInvalidArgument, "process.cmd is required")
+	}
+	// The same checks as the native API's commands.
+	if err := errors.Join(sandbox.CheckEnv(cfg.GetEnvs()), sandbox.CheckTag(m.GetTag())); err != nil {
+		return rpcError(err)
 	}
 	p := wire.ExecParams{
 		Args:  append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
@@ -76,7 +81,7 @@ func startError(ctx context.Context, t *target, p wire.ExecParams, err error) er
 	abortIfGone(err)
 	if errors.Is(err, errdefs.ErrNotFound) && p.Cwd != "" {
 		if _, serr := t.agent.Stat(ctx, wire.PathParams{Path: p.Cwd, User: p.User}); errors.Is(serr, errdefs.ErrNotFound) {
-			return rpcErrorf(connect.CodeInvalidArgument, "cwd '%s' does not exist", p.Cwd)
+			return rpcErrorf(connect.CodeInvalidArgument, "cwd '%s' does not exist", errdefs.Clip(p.Cwd))
 		}
 	}
 	switch {
@@ -224,16 +229,29 @@ func (t *target) input(ctx context.Context, pid int, in *process.ProcessInput) e
 	default:
 		return rpcErrorf(connect.CodeInvalidArgument, "input must be stdin or pty")
 	}
-	// One agent call carries at most a channel frame: write in pieces.
+	// One agent call carries at most a channel frame: write in pieces,
+	// each within stdinTimeout (as the native API's stdin), so input to
+	// a process that does not read it fails rather than waits forever.
 	for first := true; first || len(data) > 0; first = false {
 		n := min(len(data), stdinChunk)
-		if err := t.agent.Stdin(ctx, wire.StdinParams{PID: pid, Data: data[:n]}); err != nil {
+		cctx, cancel := context.WithTimeout(ctx, stdinTimeout)
+		err := t.agent.Stdin(cctx, wire.StdinParams{PID: pid, Data: data[:n]})
+		timedOut := cctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if err != nil {
+			if timedOut {
+				return rpcErrorf(connect.CodeDeadlineExceeded, "process %d did not read its input within %v", pid, stdinTimeout)
+			}
 			return t.ended(ctx, pid, err)
 		}
 		data = data[n:]
 	}
 	return nil
 }
+
+// stdinTimeout bounds the write of one piece of input: how long a
+// process may leave its stdin unread before SendInput fails.
+const stdinTimeout = 30 * time.Second
 
 // maxExecParams is about the largest process description one agent call
 // carries.
@@ -262,7 +280,7 @@ func (t *target) pid(ctx context.Context, sel *process.ProcessSelector) (int, er
 				return infos[i].PID, nil
 			}
 		}
-		return 0, rpcErrorf(connect.CodeNotFound, "process with tag %s not found", s.Tag)
+		return 0, rpcErrorf(connect.CodeNotFound, "process with tag %s not found", errdefs.Clip(s.Tag))
 	}
 	return 0, rpcErrorf(connect.CodeInvalidArgument, "a process selector (pid or tag) is required")
 }

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -19,7 +20,7 @@ func rpcUser(h http.Header, sb sandbox.Sandbox) (string, error) {
 		return defaultUser(sb), nil
 	}
 	if !knownUser(name) {
-		return "", rpcErrorf(connect.CodeUnauthenticated, "invalid username: '%s'", name)
+		return "", rpcErrorf(connect.CodeUnauthenticated, "invalid username: '%s'", errdefs.Clip(name))
 	}
 	return name, nil
 }

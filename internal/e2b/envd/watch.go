@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -240,7 +241,7 @@ func (ws *watchers) get(sb sandbox.ID, id string) (*pollWatcher, error) {
 	defer ws.mu.Unlock()
 	w := ws.m[id]
 	if w == nil || w.sandbox != sb {
-		return nil, rpcErrorf(connect.CodeNotFound, "watcher with id %s not found", id)
+		return nil, rpcErrorf(connect.CodeNotFound, "watcher with id %s not found", errdefs.Clip(id))
 	}
 	return w, nil
 }
