@@ -87,7 +87,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request) {
 	if req.ContextID == "" {
 		p.Language = language(req.Language)
 	} else if !contextIDRE.MatchString(req.ContextID) {
-		http.Error(w, fmt.Sprintf("Context %s not found", truncate(req.ContextID, 40)), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("Context %s not found", errdefs.ClipN(req.ContextID, 40)), http.StatusNotFound)
 		return
 	}
 	if strings.TrimSpace(p.Code) == "" {

@@ -138,7 +138,7 @@ func (h *Handler) restartContext(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) contextCall(w http.ResponseWriter, r *http.Request, call func(context.Context, *sandbox.Agent, string) error) {
 	id := r.PathValue("ctx")
 	if !contextIDRE.MatchString(id) {
-		http.Error(w, fmt.Sprintf("Context %s not found", truncate(id, 40)), http.StatusNotFound)
+		http.Error(w, fmt.Sprintf("Context %s not found", errdefs.ClipN(id, 40)), http.StatusNotFound)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), contextCallTimeout)

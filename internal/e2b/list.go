@@ -72,7 +72,7 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 		Desc: q.Get("order") != "asc", Token: q.Get("nextToken"),
 	}
 	if len(f.Token) > maxTokenBytes {
-		return fmt.Errorf("nextToken %q is not one this server made: %w", truncate(f.Token, 40), errdefs.ErrInvalidArgument)
+		return fmt.Errorf("nextToken %q is not one this server made: %w", errdefs.ClipN(f.Token, 40), errdefs.ErrInvalidArgument)
 	}
 	if tmpl := q.Get("template"); tmpl != "" {
 		f.Template = kilnTemplate(tmpl)
@@ -80,13 +80,13 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 	if after := q.Get("startedAfter"); after != "" {
 		t, err := time.Parse(time.RFC3339, after)
 		if err != nil {
-			return fmt.Errorf("startedAfter %q: want RFC 3339: %w", truncate(after, 40), errdefs.ErrInvalidArgument)
+			return fmt.Errorf("startedAfter %q: want RFC 3339: %w", errdefs.ClipN(after, 40), errdefs.ErrInvalidArgument)
 		}
 		f.CreatedAfter = t
 	}
 	sbs, next, err := h.m.List(r.Context(), f)
 	if errors.Is(err, errdefs.ErrInvalidArgument) && f.Token != "" {
-		return fmt.Errorf("nextToken %q is not one this server made: %w", truncate(f.Token, 40), errdefs.ErrInvalidArgument)
+		return fmt.Errorf("nextToken %q is not one this server made: %w", errdefs.ClipN(f.Token, 40), errdefs.ErrInvalidArgument)
 	}
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
@@ -114,7 +114,7 @@ func stateFilter(vals []string) ([]sandbox.State, error) {
 					out = append(out, st)
 				}
 			default:
-				return nil, fmt.Errorf("state %q: want running or paused: %w", truncate(s, 20), errdefs.ErrInvalidArgument)
+				return nil, fmt.Errorf("state %q: want running or paused: %w", errdefs.ClipN(s, 20), errdefs.ErrInvalidArgument)
 			}
 		}
 	}
@@ -131,7 +131,7 @@ func metadataFilter(raw string) (map[string]string, error) {
 	if raw == "" {
 		return nil, nil
 	}
-	bad := fmt.Errorf("metadata filter %q: want URL-encoded key=value pairs: %w", truncate(raw, 64), errdefs.ErrInvalidArgument)
+	bad := fmt.Errorf("metadata filter %q: want URL-encoded key=value pairs: %w", errdefs.ClipN(raw, 64), errdefs.ErrInvalidArgument)
 	whole, err := url.QueryUnescape(raw)
 	if err != nil {
 		return nil, bad
@@ -197,7 +197,7 @@ func paginate[T any](items []T, key func(T) (time.Time, string), desc bool, toke
 }
 
 func decodeToken(token string) (time.Time, string, error) {
-	bad := fmt.Errorf("nextToken %q is not one this server made: %w", truncate(token, 40), errdefs.ErrInvalidArgument)
+	bad := fmt.Errorf("nextToken %q is not one this server made: %w", errdefs.ClipN(token, 40), errdefs.ErrInvalidArgument)
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil {
 		return time.Time{}, "", bad
@@ -217,7 +217,7 @@ func pageLimit(s string) (int, error) {
 	}
 	limit, err := strconv.Atoi(s)
 	if err != nil || limit < 1 || limit > maxListLimit {
-		return 0, fmt.Errorf("limit %q: want 1 to %d: %w", truncate(s, 10), maxListLimit, errdefs.ErrInvalidArgument)
+		return 0, fmt.Errorf("limit %q: want 1 to %d: %w", errdefs.ClipN(s, 10), maxListLimit, errdefs.ErrInvalidArgument)
 	}
 	return limit, nil
 }

@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"net"
 	"net/http"
 	"regexp"
@@ -70,12 +71,12 @@ func (h *Handler) serveHeaderRouted(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusBadRequest, "Missing header: "+headerSandboxPort)
 		return
 	case !sandboxIDRE.MatchString(id):
-		writeStatus(w, http.StatusBadRequest, "Invalid sandbox ID: "+truncate(id, 40))
+		writeStatus(w, http.StatusBadRequest, "Invalid sandbox ID: "+errdefs.ClipN(id, 40))
 		return
 	}
 	port, err := strconv.Atoi(rawPort)
 	if err != nil || port < 1 || port > 65535 {
-		writeStatus(w, http.StatusBadRequest, "Invalid sandbox port: "+truncate(rawPort, 10))
+		writeStatus(w, http.StatusBadRequest, "Invalid sandbox port: "+errdefs.ClipN(rawPort, 10))
 		return
 	}
 	h.serveData(w, r, id, port)

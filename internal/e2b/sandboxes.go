@@ -132,7 +132,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 		h.o.ObserveCreate(time.Since(start), err)
 	}
 	if errors.Is(err, errdefs.ErrNotFound) { // only the template can be missing
-		writeStatus(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", truncate(req.TemplateID, 64)))
+		writeStatus(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", errdefs.ClipN(req.TemplateID, 64)))
 		return nil
 	}
 	if err != nil {
@@ -199,7 +199,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c Caller) error {
 func (h *Handler) lookup(r *http.Request, c Caller) (sandbox.Sandbox, error) {
 	raw := r.PathValue("id")
 	h.annotate(r, raw)
-	notFound := fmt.Errorf("sandbox \"%s\" not found: %w", truncate(raw, 40), errdefs.ErrNotFound)
+	notFound := fmt.Errorf("sandbox \"%s\" not found: %w", errdefs.ClipN(raw, 40), errdefs.ErrNotFound)
 	id, err := sandbox.ParseID(raw)
 	if err != nil {
 		return sandbox.Sandbox{}, notFound

@@ -92,7 +92,7 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request, c Calle
 	name := r.PathValue("id")
 	err := h.m.DeleteSnapshot(r.Context(), c.Owner, name)
 	if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
-		return fmt.Errorf("snapshot '%s' not found: %w", truncate(name, 64), errdefs.ErrNotFound)
+		return fmt.Errorf("snapshot '%s' not found: %w", errdefs.ClipN(name, 64), errdefs.ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("deleting snapshot: %w", err)

@@ -157,11 +157,3 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	return fmt.Errorf("malformed JSON body: %v: %w", err, errdefs.ErrInvalidArgument)
 }
-
-// truncate cuts s for error messages.
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}

@@ -61,6 +61,10 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// Capabilities returns the capability set of every sandbox's root (what a
+// checkpoint of a sandbox depends on: it keeps the set it was made with).
+func Capabilities() []string { return append([]string(nil), defaultCaps...) }
+
 // sysctls are set in the sandbox's own network namespace: ping works
 // without CAP_NET_RAW through unprivileged ICMP sockets, for every group.
 var sysctls = map[string]string{

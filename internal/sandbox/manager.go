@@ -607,11 +607,11 @@ func validateVars(what string, vars map[string]string, envName bool) error {
 	for k, v := range vars {
 		switch {
 		case k == "" || len(k) > 256 || len(v) > 32<<10:
-			return fmt.Errorf("%s %q: key must be 1-256 bytes and value at most 32 KiB: %w", what, k, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("%s %q: key must be 1-256 bytes and value at most 32 KiB: %w", what, errdefs.Clip(k), errdefs.ErrInvalidArgument)
 		case strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0):
-			return fmt.Errorf("%s %q: keys may not contain '=' or NUL, values not NUL: %w", what, k, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("%s %q: keys may not contain '=' or NUL, values not NUL: %w", what, errdefs.Clip(k), errdefs.ErrInvalidArgument)
 		case envName && strings.HasPrefix(k, "KILN_"):
-			return fmt.Errorf("env %q: the KILN_ prefix is reserved: %w", k, errdefs.ErrInvalidArgument)
+			return fmt.Errorf("env %q: the KILN_ prefix is reserved: %w", errdefs.Clip(k), errdefs.ErrInvalidArgument)
 		}
 	}
 	return nil

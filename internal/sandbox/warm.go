@@ -44,7 +44,8 @@ type warmBuilds struct {
 }
 
 // warmEnv is what a warm checkpoint depends on besides its step: the runsc
-// build (its version output and size) and flags, and the agent build.
+// build (its version output and size) and flags, the agent build, and the
+// sandbox's capabilities (a restored sandbox keeps the checkpoint's).
 func (m *Manager) warmEnv() []string {
 	w := &m.warm
 	w.keyOnce.Do(func() {
@@ -59,6 +60,7 @@ func (m *Manager) warmEnv() []string {
 			"runsc " + strings.TrimSpace(string(out)) + " size " + strconv.FormatInt(size, 10),
 			"flags " + m.cfg.RunscPlatform + " " + strings.Join(m.cfg.RunscExtraFlags, " "),
 			"agent " + filepath.Base(m.agentDir),
+			"caps " + strings.Join(oci.Capabilities(), ","),
 		}
 	})
 	return w.env

@@ -108,14 +108,14 @@ func checkLanguage(l string) (string, error) {
 		return defaultLanguage, nil
 	}
 	if !languageRE.MatchString(l) {
-		return "", invalid("language %q: want a name such as python, r, javascript, typescript, bash, go, rust, c, cpp or java", truncate(l, 32))
+		return "", invalid("language %q: want a name such as python, r, javascript, typescript, bash, go, rust, c, cpp or java", errdefs.ClipN(l, 32))
 	}
 	return l, nil
 }
 
 func checkContextID(id string) error {
 	if !contextIDRE.MatchString(id) {
-		return invalid("context id %q: want up to 128 letters, digits, '.', '_' or '-'", truncate(id, 40))
+		return invalid("context id %q: want up to 128 letters, digits, '.', '_' or '-'", errdefs.ClipN(id, 40))
 	}
 	return nil
 }

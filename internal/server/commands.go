@@ -258,7 +258,7 @@ func attachParams(r *http.Request) (wire.AttachParams, error) {
 	p := wire.AttachParams{PID: pid}
 	if v := q.Get("after_seq"); v != "" {
 		if p.AfterSeq, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return p, invalid("after_seq %q: want a non-negative integer", truncate(v, 32))
+			return p, invalid("after_seq %q: want a non-negative integer", errdefs.ClipN(v, 32))
 		}
 	}
 	return p, nil
@@ -332,7 +332,7 @@ func (s *Server) signalCommand(w http.ResponseWriter, r *http.Request) error {
 		sig = "SIG" + sig
 	}
 	if !signals[sig] {
-		return invalid("signal %q: want a name such as SIGTERM, SIGKILL or SIGINT", truncate(req.Signal, 32))
+		return invalid("signal %q: want a name such as SIGTERM, SIGKILL or SIGINT", errdefs.ClipN(req.Signal, 32))
 	}
 	return s.unaryCommand(w, r, func(ctx context.Context, a *sandbox.Agent, pid int) error {
 		return a.Signal(ctx, wire.SignalParams{PID: pid, Signal: sig})

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"io"
 	"net/http"
 	"net/url"
@@ -77,10 +78,10 @@ func checkQuery(q url.Values, allowed ...string) error {
 	for k, vs := range q {
 		spec, ok := querySpec(allowed, k)
 		if !ok {
-			return invalid("unknown query parameter %q (allowed: %s)", truncate(k, 64), strings.Join(allowed, ", "))
+			return invalid("unknown query parameter %q (allowed: %s)", errdefs.ClipN(k, 64), strings.Join(allowed, ", "))
 		}
 		if len(vs) > 1 && !strings.HasSuffix(spec, "*") {
-			return invalid("query parameter %q given %d times", truncate(k, 64), len(vs))
+			return invalid("query parameter %q given %d times", errdefs.ClipN(k, 64), len(vs))
 		}
 	}
 	return nil
@@ -96,13 +97,6 @@ func querySpec(allowed []string, k string) (string, bool) {
 	return "", false
 }
 
-func truncate(s string, n int) string {
-	if len(s) > n {
-		return s[:n] + "…"
-	}
-	return s
-}
-
 // intParam parses an optional integer query parameter within [lo, hi].
 func intParam(q url.Values, name string, def, lo, hi int64) (int64, error) {
 	v := q.Get(name)
@@ -111,7 +105,7 @@ func intParam(q url.Values, name string, def, lo, hi int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, invalid("%s %q: want an integer in [%d, %d]", name, truncate(v, 32), lo, hi)
+		return 0, invalid("%s %q: want an integer in [%d, %d]", name, errdefs.ClipN(v, 32), lo, hi)
 	}
 	return n, nil
 }
@@ -124,7 +118,7 @@ func boolParam(q url.Values, name string) (bool, error) {
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, invalid("%s %q: want true or false", name, truncate(v, 32))
+		return false, invalid("%s %q: want true or false", name, errdefs.ClipN(v, 32))
 	}
 	return b, nil
 }
@@ -137,7 +131,7 @@ func checkUser(u string) (string, error) {
 	case wire.UserDefault, wire.UserRoot:
 		return u, nil
 	}
-	return "", invalid("user %q: want %q or %q", truncate(u, 32), wire.UserDefault, wire.UserRoot)
+	return "", invalid("user %q: want %q or %q", errdefs.ClipN(u, 32), wire.UserDefault, wire.UserRoot)
 }
 
 // checkPath validates a path inside a sandbox. Any path is allowed (the
@@ -171,7 +165,7 @@ func pidParam(r *http.Request) (int, error) {
 	s := r.PathValue("pid")
 	pid, err := strconv.Atoi(s)
 	if err != nil || pid <= 0 || pid > 1<<22 {
-		return 0, invalid("pid %q: want a positive process id", truncate(s, 32))
+		return 0, invalid("pid %q: want a positive process id", errdefs.ClipN(s, 32))
 	}
 	return pid, nil
 }

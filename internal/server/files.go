@@ -104,7 +104,7 @@ func modeParam(v string) (uint32, error) {
 		n, err = 0, nil
 	}
 	if err != nil || n > 0o7777 {
-		return 0, invalid("mode %q: want octal permission bits such as 0644", truncate(v, 16))
+		return 0, invalid("mode %q: want octal permission bits such as 0644", errdefs.ClipN(v, 16))
 	}
 	return uint32(n), nil
 }
@@ -169,7 +169,7 @@ func uploadParts(ctx context.Context, a *sandbox.Agent, mr *multipart.Reader, di
 		fi, err := a.WriteFile(ctx, wire.WriteParams{Path: name, User: user}, part)
 		part.Close()
 		if err != nil {
-			return nil, fmt.Errorf("uploading %q: %w", truncate(name, 256), err)
+			return nil, fmt.Errorf("uploading %q: %w", errdefs.ClipN(name, 256), err)
 		}
 		infos = append(infos, fi)
 	}
@@ -182,7 +182,7 @@ func uploadParts(ctx context.Context, a *sandbox.Agent, mr *multipart.Reader, di
 func partPath(disposition, dir string) (string, error) {
 	_, params, err := mime.ParseMediaType(disposition)
 	if err != nil {
-		return "", invalid("part content-disposition %q: %v", truncate(disposition, 64), err)
+		return "", invalid("part content-disposition %q: %v", errdefs.ClipN(disposition, 64), err)
 	}
 	name, ok := params["filename"]
 	if !ok {

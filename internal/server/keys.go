@@ -63,7 +63,7 @@ func checkKeyRequest(req api.CreateKeyRequest) error {
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	if !keyIDRE.MatchString(id) {
-		return invalid("key id %q: want key_ and hex digits", truncate(id, 40))
+		return invalid("key id %q: want key_ and hex digits", errdefs.ClipN(id, 40))
 	}
 	if id == caller(r).ID {
 		return fmt.Errorf("a key cannot revoke itself: %w", errdefs.ErrFailedPrecondition)

@@ -103,7 +103,7 @@ func listFilter(q url.Values) (sandbox.Filter, error) {
 			sandbox.StateStopping, sandbox.StateStopped, sandbox.StateFailed:
 			f.States = append(f.States, state)
 		default:
-			return f, invalid("state %q: want creating, running, paused, stopping, stopped or failed", truncate(st, 32))
+			return f, invalid("state %q: want creating, running, paused, stopping, stopped or failed", errdefs.ClipN(st, 32))
 		}
 	}
 	for k, vs := range q {
@@ -206,7 +206,7 @@ func pathID(r *http.Request) (sandbox.ID, error) {
 	raw := r.PathValue("id")
 	id, err := sandbox.ParseID(raw)
 	if err != nil {
-		return "", invalid("sandbox id %q: want 8-32 lowercase letters and digits", truncate(raw, 40))
+		return "", invalid("sandbox id %q: want 8-32 lowercase letters and digits", errdefs.ClipN(raw, 40))
 	}
 	info(r.Context()).sandboxID = id.String()
 	return id, nil
