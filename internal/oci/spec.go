@@ -54,6 +54,13 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
+// agentCaps are granted to the agent on top of defaultCaps and never
+// reach what it runs: it drops them from its bounding set at start.
+// CAP_SYS_RESOURCE exempts the agent's own threads from the RLIMIT_NPROC
+// that enforces the pids limit inside gVisor (internal/agent/process,
+// sentryPids).
+var agentCaps = []string{"CAP_SYS_RESOURCE"}
+
 // NewSpec builds the spec for a sandbox: the process runs as root (it is
 // kiln-agent, PID 1, which drops privileges for user commands) with
 // Docker's default capabilities, no new privileges, fresh pid, ipc, uts,
@@ -68,7 +75,7 @@ func NewSpec(o SpecOptions) *specs.Spec {
 	if cwd == "" {
 		cwd = "/"
 	}
-	caps := append([]string(nil), defaultCaps...)
+	caps := append(append([]string(nil), defaultCaps...), agentCaps...)
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

@@ -26,6 +26,11 @@ const (
 	drainMax = 2 * time.Second
 	// drainBufferedMax bounds the final read of what a pipe still holds.
 	drainBufferedMax = 1 << 20
+	// groupWaitMax bounds how long reading goes on after exit while the
+	// process's group keeps growing (a fork bomb whose first shell
+	// returned at once), so that the guard can kill it and the exit
+	// status say so.
+	groupWaitMax = 30 * time.Second
 )
 
 // exitCause is why the agent killed a process, if it did.
@@ -58,6 +63,11 @@ type Process struct {
 	mu    sync.Mutex
 	cause exitCause
 	info  api.ProcessInfo // Exit is set once done
+
+	growMu  sync.Mutex // guards the group samples of groupGrowing
+	growAt  time.Time
+	growN   int
+	growing bool
 }
 
 // PID returns the process's pid (and process group id).
@@ -99,6 +109,10 @@ func (p *Process) readLoop(f *os.File, typ api.EventType) {
 			// when output is waiting: what the process wrote before it
 			// exited must not be lost.
 			p.drainBuffered(f, buf, typ)
+			if p.groupGrowing() {
+				_ = f.SetReadDeadline(time.Now().Add(drainIdle))
+				continue
+			}
 		}
 		if err != nil {
 			return
@@ -130,6 +144,25 @@ func (p *Process) drainBuffered(f *os.File, buf []byte, typ api.EventType) {
 	}
 }
 
+// groupGrowing reports, after the process exited, whether its group (or
+// tree) has more members than at the last look, sampled at most every
+// drainIdle, for up to groupWaitMax after the exit.
+func (p *Process) groupGrowing() bool {
+	at := p.exitAt.Load()
+	if at == 0 || time.Since(time.Unix(0, at)) > groupWaitMax {
+		return false
+	}
+	p.growMu.Lock()
+	defer p.growMu.Unlock()
+	if time.Since(p.growAt) < drainIdle {
+		return p.growing
+	}
+	n := len(treeOf(scanProcs(), p.pid))
+	p.growing = n > max(p.growN, 1)
+	p.growN, p.growAt = n, time.Now()
+	return p.growing
+}
+
 func drainDeadline(exitAt int64) time.Time {
 	idle, limit := time.Now().Add(drainIdle), time.Unix(0, exitAt).Add(drainMax)
 	if idle.Before(limit) {
@@ -149,6 +182,9 @@ func (p *Process) wait(readers *sync.WaitGroup, pio *procIO) {
 		_ = r.f.SetReadDeadline(drainDeadline(p.exitAt.Load()))
 	}
 	readers.Wait()
+	// The limit may have refused this process's last fork just before it
+	// ended: let the guard look now, so the status can say so.
+	p.table.checkPids(false)
 	p.stdinMu.Lock()
 	pio.closeParent() // includes the terminal's master
 	p.stdinClosed = true
@@ -185,8 +221,13 @@ func (p *Process) status() api.ExitStatus {
 		}
 	} else {
 		st.Code = ws.ExitStatus()
-		// A shell whose child the kernel OOM-killed exits 137 itself.
-		if st.Code == 128+int(unix.SIGKILL) && p.kernelOOM() {
+		switch {
+		case cause.reason != "":
+			// The agent killed the rest of its tree (say, a fork bomb
+			// whose first shell had returned).
+			st.Reason, st.Message = cause.reason, cause.message
+		case st.Code == 128+int(unix.SIGKILL) && p.kernelOOM():
+			// A shell whose child the kernel OOM-killed exits 137 itself.
 			st.Reason, st.Message = api.ExitOOM, p.oomMessage()
 		}
 	}
@@ -215,18 +256,19 @@ func (p *Process) oomMessage() string {
 }
 
 // kill SIGKILLs the process's whole tree, recording why (the first cause
-// wins).
+// wins). A process that exited but is not done yet still has its group,
+// which it kills: what is left of the tree is the process's doing.
 func (p *Process) kill(cause exitCause) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
 	p.mu.Lock()
 	if p.cause.reason == "" {
 		p.cause = cause
 	}
 	p.mu.Unlock()
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
 	killTree(p.pid)
 }
 
