@@ -46,6 +46,10 @@ type Options struct {
 	OutputLimit int64
 	// ReplayBytes bounds each process's replay buffer.
 	ReplayBytes int64
+	// ReplayPool bounds the replay buffers of all processes together
+	// (see replayPool); 0 means a sixteenth of MemoryLimit, within
+	// 8–256 MiB (64 MiB if the limit is unknown).
+	ReplayPool int64
 	// History is how many ended processes are remembered.
 	History int
 	// ReapAll makes the table reap every child of this program with
@@ -109,6 +113,8 @@ type Table struct {
 
 	spawned map[int]bool // running helpers started with Spawn
 
+	replay *replayPool
+
 	pids   *pidsCounter // nil: no pids limit of the table's own
 	pidsMu sync.Mutex   // serialises checkPids
 
@@ -138,6 +144,7 @@ func NewTable(o Options) *Table {
 		reaper:  newReaper(o.ReapAll, o.Log),
 		running: make(map[int]*Process),
 		spawned: make(map[int]bool),
+		replay:  &replayPool{budget: cmp.Or(o.ReplayPool, replayPoolSize(o.MemoryLimit))},
 		busy:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
@@ -291,6 +298,9 @@ func (t *Table) finish(p *Process) {
 		t.ended[i].log.shrink(endedReplayBytes)
 	}
 	if n := len(t.ended) - t.opts.History; n > 0 {
+		for _, old := range t.ended[:n] {
+			old.log.release()
+		}
 		clear(t.ended[:n])
 		t.ended = t.ended[n:]
 	}
