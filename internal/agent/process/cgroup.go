@@ -157,6 +157,12 @@ func newPidsCounter(tasksFile string, limit, extra int64) *pidsCounter {
 	return c
 }
 
+// current is the number of the processes' tasks.
+func (c *pidsCounter) current() (int64, error) {
+	n, err := readInt(filepath.Join(c.dir, "pids.current"))
+	return n - c.extra, err
+}
+
 // hit reports whether the limit was hit since the last call: a fork was
 // refused (pids.events) or the processes hold every task they may.
 func (c *pidsCounter) hit() bool {
@@ -169,6 +175,6 @@ func (c *pidsCounter) hit() bool {
 		c.lastMax = n
 		return hit
 	}
-	cur, err := readInt(filepath.Join(c.dir, "pids.current"))
-	return err == nil && c.at > 0 && cur-c.extra >= c.at
+	cur, err := c.current()
+	return err == nil && c.at > 0 && cur >= c.at
 }

@@ -174,7 +174,17 @@ func (t *Table) checkPids(settle bool) bool {
 	if !t.pids.hit() {
 		return false
 	}
-	tasks, p, root := t.busiest()
+	var tasks int64
+	var p *Process
+	var root int
+	if ps := t.runningProcesses(); len(ps) == 1 && t.spawnedCount() == 0 {
+		// One suspect: no need to read every process's /proc entry while
+		// a bomb leaves the agent little CPU.
+		p = ps[0]
+		tasks, _ = t.pids.current()
+	} else {
+		tasks, p, root = t.busiest()
+	}
 	cause := t.pidsCause()
 	switch {
 	case p != nil:
@@ -191,6 +201,12 @@ func (t *Table) checkPids(settle bool) bool {
 		return false
 	}
 	return true
+}
+
+func (t *Table) spawnedCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.spawned)
 }
 
 func (t *Table) pidsCause() exitCause {

@@ -64,10 +64,11 @@ type Process struct {
 	cause exitCause
 	info  api.ProcessInfo // Exit is set once done
 
-	growMu  sync.Mutex // guards the group samples of groupGrowing
-	growAt  time.Time
-	growN   int
-	growing bool
+	growMu   sync.Mutex // guards the samples of groupGrowing
+	growAt   time.Time  // last sample
+	growN    int64      // the processes' task count at exit
+	growTree int        // the size of the tree left at exit; 0: none
+	growing  bool
 }
 
 // PID returns the process's pid (and process group id).
@@ -144,23 +145,52 @@ func (p *Process) drainBuffered(f *os.File, buf []byte, typ api.EventType) {
 	}
 }
 
-// groupGrowing reports, after the process exited, whether its group (or
-// tree) has more members than at the last look, sampled at most every
-// drainIdle, for up to groupWaitMax after the exit.
+// groupGrowing reports, after the process exited, whether its tree has
+// grown since then (a fork bomb whose first shell returned at once), for
+// up to groupWaitMax after the exit. A tree that had left nothing at exit
+// costs nothing; otherwise the pids cgroup's count is read at most every
+// drainIdle, and the tree counted only when that count rose.
 func (p *Process) groupGrowing() bool {
 	at := p.exitAt.Load()
-	if at == 0 || time.Since(time.Unix(0, at)) > groupWaitMax {
+	if at == 0 || p.table == nil {
+		return false
+	}
+	c := p.table.pids
+	if c == nil || time.Since(time.Unix(0, at)) > groupWaitMax {
 		return false
 	}
 	p.growMu.Lock()
 	defer p.growMu.Unlock()
-	if time.Since(p.growAt) < drainIdle {
+	if p.growTree == 0 {
+		return false // nothing was left at exit
+	}
+	now := time.Now()
+	if now.Sub(p.growAt) < drainIdle {
 		return p.growing
 	}
-	n := len(treeOf(scanProcs(), p.pid))
-	p.growing = n > max(p.growN, 1)
-	p.growN, p.growAt = n, time.Now()
+	p.growAt = now
+	p.growing = false
+	if n, err := c.current(); err == nil && n > p.growN {
+		p.growing = len(treeOf(scanProcs(), p.pid)) > p.growTree
+	}
 	return p.growing
+}
+
+// noteTreeAtExit records, when p exited, the size of what it left running
+// and the processes' task count: groupGrowing's baselines.
+func (p *Process) noteTreeAtExit() {
+	c := p.table.pids
+	if c == nil || unix.Kill(-p.pid, 0) != nil {
+		return
+	}
+	n, err := c.current()
+	if err != nil {
+		return
+	}
+	tree := len(treeOf(scanProcs(), p.pid))
+	p.growMu.Lock()
+	p.growN, p.growTree, p.growAt = n, tree, time.Now()
+	p.growMu.Unlock()
 }
 
 func drainDeadline(exitAt int64) time.Time {
@@ -178,6 +208,7 @@ func (p *Process) wait(readers *sync.WaitGroup, pio *procIO) {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	p.noteTreeAtExit()
 	for _, r := range pio.readers {
 		_ = r.f.SetReadDeadline(drainDeadline(p.exitAt.Load()))
 	}
