@@ -30,7 +30,7 @@ const (
 	// process's group keeps growing (a fork bomb whose first shell
 	// returned at once), so that the guard can kill it and the exit
 	// status say so.
-	groupWaitMax = 30 * time.Second
+	groupWaitMax = 2 * time.Minute
 )
 
 // exitCause is why the agent killed a process, if it did.
