@@ -40,6 +40,9 @@ type SpecOptions struct {
 	// internal/sandbox); it must be inside the container's own cgroup.
 	PidsCgroup     string
 	ReadonlyRootfs bool
+	// Runtime is the runtime the spec is for; "runsc" grants the agent
+	// agentCaps, which only gVisor's pids limit needs.
+	Runtime string
 	// NetNS is the path of an existing network namespace to join (the
 	// sandbox's own, made by internal/network); "" makes a new one with
 	// loopback only. runsc uses its interfaces (--network=sandbox).
@@ -54,11 +57,12 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// agentCaps are granted to the agent on top of defaultCaps and never
-// reach what it runs: it drops them from its bounding set at start.
-// CAP_SYS_RESOURCE exempts the agent's own threads from the RLIMIT_NPROC
-// that enforces the pids limit inside gVisor (internal/agent/process,
-// sentryPids).
+// agentCaps are granted to the agent under runsc on top of defaultCaps
+// and never reach what it runs: it drops them from its bounding set at
+// start. CAP_SYS_RESOURCE exempts the agent's own threads from the
+// RLIMIT_NPROC that enforces the pids limit inside gVisor
+// (internal/agent/process, sentryPids); the sentry grants it whatever the
+// host's root holds, runc could not on a host whose root lacks it.
 var agentCaps = []string{"CAP_SYS_RESOURCE"}
 
 // NewSpec builds the spec for a sandbox: the process runs as root (it is
@@ -75,7 +79,10 @@ func NewSpec(o SpecOptions) *specs.Spec {
 	if cwd == "" {
 		cwd = "/"
 	}
-	caps := append(append([]string(nil), defaultCaps...), agentCaps...)
+	caps := append([]string(nil), defaultCaps...)
+	if o.Runtime == "runsc" {
+		caps = append(caps, agentCaps...)
+	}
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

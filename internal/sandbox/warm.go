@@ -253,6 +253,7 @@ func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string) *oci.B
 		CgroupsPath: cgroupsPath(b.rec.ID),
 		AgentDir:    m.agentDir,
 		PidsCgroup:  pidsCgroup,
+		Runtime:     rt.Name(),
 		NetNS:       m.netNS(b.rec.ID),
 	})}
 }
