@@ -135,6 +135,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 		Limits:      m.runtimeLimits(rt.Name(), rec.Limits),
 		CgroupsPath: cgroupsPath(id),
 		AgentDir:    m.agentDir,
+		Runtime:     rt.Name(),
 		NetNS:       m.netNS(id),
 	})}
 	if err := bundle.Write(); err != nil {
