@@ -41,6 +41,9 @@ type SpecOptions struct {
 	// internal/sandbox); it must be inside the container's own cgroup.
 	PidsCgroup     string
 	ReadonlyRootfs bool
+	// Runtime is the runtime the spec is for; "runsc" grants the agent
+	// agentCaps, which only gVisor's pids limit needs.
+	Runtime string
 	// NetNS is the path of an existing network namespace to join (the
 	// sandbox's own, made by internal/network); "" makes a new one with
 	// loopback only. runsc uses its interfaces (--network=sandbox).
@@ -61,15 +64,30 @@ var defaultCaps = []string{
 	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 }
 
-// Capabilities returns the capability set of every sandbox's root (what a
-// checkpoint of a sandbox depends on: it keeps the set it was made with).
-func Capabilities() []string { return append([]string(nil), defaultCaps...) }
+// Capabilities returns the capability set of PID 1 of a sandbox on
+// runtime: what a checkpoint depends on (a restore must have the set the
+// checkpoint was made with).
+func Capabilities(runtime string) []string {
+	caps := append([]string(nil), defaultCaps...)
+	if runtime == "runsc" {
+		caps = append(caps, agentCaps...)
+	}
+	return caps
+}
 
 // sysctls are set in the sandbox's own network namespace: ping works
 // without CAP_NET_RAW through unprivileged ICMP sockets, for every group.
 var sysctls = map[string]string{
 	"net.ipv4.ping_group_range": "0 2147483647",
 }
+
+// agentCaps are granted to the agent under runsc on top of defaultCaps
+// and never reach what it runs: it drops them from its bounding set at
+// start. CAP_SYS_RESOURCE exempts the agent's own threads from the
+// RLIMIT_NPROC that enforces the pids limit inside gVisor
+// (internal/agent/process, sentryPids); the sentry grants it whatever the
+// host's root holds, runc could not on a host whose root lacks it.
+var agentCaps = []string{"CAP_SYS_RESOURCE"}
 
 // NewSpec builds the spec for a sandbox: the process runs as root (it is
 // kiln-agent, PID 1, which drops privileges for user commands) with
@@ -85,7 +103,7 @@ func NewSpec(o SpecOptions) *specs.Spec {
 	if cwd == "" {
 		cwd = "/"
 	}
-	caps := append([]string(nil), defaultCaps...)
+	caps := Capabilities(o.Runtime)
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

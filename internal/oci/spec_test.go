@@ -160,3 +160,16 @@ func TestRunscFlags(t *testing.T) {
 		t.Errorf("missing binary: %v", got)
 	}
 }
+
+// Only under runsc does the agent get agentCaps (CAP_SYS_RESOURCE, for the
+// pids limit inside gVisor); runc sandboxes keep Docker's set.
+func TestAgentCapsOnlyForRunsc(t *testing.T) {
+	for rt, want := range map[string]bool{"runsc": true, "runc": false, "": false} {
+		p := NewSpec(SpecOptions{Rootfs: "/r", Runtime: rt}).Process
+		for _, set := range [][]string{p.Capabilities.Bounding, p.Capabilities.Effective, p.Capabilities.Permitted} {
+			if got := slices.Contains(set, "CAP_SYS_RESOURCE"); got != want {
+				t.Errorf("runtime %q: CAP_SYS_RESOURCE granted %v, want %v", rt, got, want)
+			}
+		}
+	}
+}

@@ -60,7 +60,7 @@ func (m *Manager) warmEnv() []string {
 			"runsc " + strings.TrimSpace(string(out)) + " size " + strconv.FormatInt(size, 10),
 			"flags " + m.cfg.RunscPlatform + " " + strings.Join(m.cfg.RunscExtraFlags, " "),
 			"agent " + filepath.Base(m.agentDir),
-			"caps " + strings.Join(oci.Capabilities(), ","),
+			"caps " + strings.Join(oci.Capabilities("runsc"), ","),
 		}
 	})
 	return w.env
@@ -208,6 +208,7 @@ func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string) *oci.B
 		CgroupsPath: cgroupsPath(b.rec.ID),
 		AgentDir:    m.agentDir,
 		PidsCgroup:  pidsCgroup,
+		Runtime:     rt.Name(),
 		NetNS:       m.netNS(b.rec.ID),
 	})}
 }

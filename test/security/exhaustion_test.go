@@ -28,20 +28,28 @@ import (
 // then checks the attacker's sandbox still answers and measures a
 // neighbour sandbox and the host while run ran.
 type exhaustion struct {
-	name   string
-	limits sandbox.Limits
-	run    func(t *testing.T, b *sandboxtest.Box) (outcome string)
+	name     string
+	limits   sandbox.Limits
+	run      func(t *testing.T, b *sandboxtest.Box) (outcome string)
+	template string // "" is base
 }
 
 func exhaustions() []exhaustion {
 	return []exhaustion{
-		{"fork bomb", sandbox.Limits{MemoryBytes: config.GiB, Pids: 128}, forkBomb},
-		{"memory bomb", sandbox.Limits{MemoryBytes: 256 * config.MiB}, memoryBomb},
-		{"disk fill", sandbox.Limits{DiskBytes: 128 * config.MiB}, diskFill},
-		{"inode fill", sandbox.Limits{DiskBytes: 64 * config.MiB}, inodeFill},
-		{"fd exhaustion", sandbox.Limits{}, fdExhaustion},
-		{"CPU spin", sandbox.Limits{CPUs: 0.5}, cpuSpin},
-		{"output flood", sandbox.Limits{}, outputFlood},
+		{name: "fork bomb", limits: sandbox.Limits{MemoryBytes: config.GiB, Pids: 128}, run: forkBomb},
+		// The issue's exact forms: bash's, and C's for(;;)fork(), at a
+		// pids limit of 64 and at the default (512) with 2 GiB.
+		{name: "bash fork bomb, pids 64", limits: sandbox.Limits{Pids: 64}, run: bashForkBomb},
+		{name: "bash fork bomb, default pids", limits: sandbox.Limits{MemoryBytes: 2 * config.GiB}, run: bashForkBomb},
+		{name: "C fork bomb, pids 64", limits: sandbox.Limits{Pids: 64}, run: cForkBomb, template: "code-interpreter"},
+		{name: "C fork bomb, default pids", limits: sandbox.Limits{MemoryBytes: 2 * config.GiB}, run: cForkBomb, template: "code-interpreter"},
+		{name: "background flood", limits: sandbox.Limits{}, run: backgroundFlood},
+		{name: "memory bomb", limits: sandbox.Limits{MemoryBytes: 256 * config.MiB}, run: memoryBomb},
+		{name: "disk fill", limits: sandbox.Limits{DiskBytes: 128 * config.MiB}, run: diskFill},
+		{name: "inode fill", limits: sandbox.Limits{DiskBytes: 64 * config.MiB}, run: inodeFill},
+		{name: "fd exhaustion", limits: sandbox.Limits{}, run: fdExhaustion},
+		{name: "CPU spin", limits: sandbox.Limits{CPUs: 0.5}, run: cpuSpin},
+		{name: "output flood", limits: sandbox.Limits{}, run: outputFlood},
 	}
 }
 
@@ -63,7 +71,7 @@ func TestExhaustion(t *testing.T) {
 			fmt.Sprintf("%-14s | %-58s | %s | %s | %s", "(baseline)", "", base.rtt(), ms(base.lag), mib(base.memDrop))}
 		for _, a := range exhaustions() {
 			ok := t.Run(a.name, func(t *testing.T) {
-				b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Limits: a.limits})
+				b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Limits: a.limits, Template: a.template})
 				var outcome string
 				p := measure(neighbour, func() { outcome = a.run(t, b) })
 				if t.Failed() {
@@ -203,9 +211,10 @@ except OSError as e:
 	var outcome string
 	switch {
 	case strings.Contains(r.Stdout, "contained after"):
+		// The limit is exact: python and its children are at most 128.
 		n, _ := strconv.Atoi(strings.Fields(r.Stdout)[2])
-		if n > 128 {
-			t.Errorf("forked %d processes with a pids limit of 128", n)
+		if n+1 > 128 {
+			t.Errorf("python and %d children ran with a pids limit of 128", n)
 		}
 		outcome = fmt.Sprintf("fork failed with EAGAIN after %d processes", n)
 	case r.Exit.Reason == api.ExitPidsLimit && strings.Contains(r.Exit.Message, "too many processes"):
@@ -226,6 +235,107 @@ except OSError as e:
 		t.Fatalf("sandbox unusable after the fork bomb: %v", err)
 	}
 	return outcome
+}
+
+// bashForkBomb runs the classic `:(){ :|:& };:` as a command. Its first
+// shell returns at once; the agent keeps the command open while its group
+// grows, kills the whole tree when the pids limit is reached and says so.
+func bashForkBomb(t *testing.T, b *sandboxtest.Box) string {
+	return bomb(t, b, wire.ExecParams{Cmd: ":(){ :|:& };:", TimeoutMs: 120_000})
+}
+
+// cForkBomb compiles and runs `for(;;)fork();` (the code-interpreter
+// template has gcc).
+func cForkBomb(t *testing.T, b *sandboxtest.Box) string {
+	if r := b.Sh("printf '#include <unistd.h>\nint main(void){for(;;)fork();}\n' > /tmp/bomb.c && gcc -O2 -o /tmp/bomb /tmp/bomb.c 2>&1"); r.Exit.Code != 0 {
+		t.Fatalf("compiling the C fork bomb: %q %+v", r.Stdout, r.Exit)
+	}
+	return bomb(t, b, wire.ExecParams{Args: []string{"/tmp/bomb"}, TimeoutMs: 120_000})
+}
+
+// bomb runs a fork bomb that never stops by itself and checks the caller
+// gets pids_limit (or out_of_memory), the whole tree is gone and the
+// process count is back to what it was.
+func bomb(t *testing.T, b *sandboxtest.Box, p wire.ExecParams) string {
+	before := taskCount(t, b)
+	start := time.Now()
+	r, err := b.TryExec(p)
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("fork bomb: the call failed: %v", err)
+	}
+	limit := b.SB.Limits.Pids
+	switch {
+	case r.Exit.Reason == api.ExitPidsLimit && strings.Contains(r.Exit.Message, fmt.Sprintf("limit is %d tasks", limit)):
+	case r.Exit.Reason == api.ExitOOM:
+	default:
+		t.Fatalf("fork bomb not contained: exit %+v stderr %.300q", r.Exit, r.Stderr)
+	}
+	var after int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if after = taskCount(t, b); after <= before || time.Now().After(deadline) {
+			break
+		}
+	}
+	if after > before {
+		t.Errorf("%d tasks in the sandbox after the bomb, %d before", after, before)
+	}
+	return fmt.Sprintf("%s after %.1f s; tasks %d → %d", r.Exit.Reason, took.Seconds(), before, after)
+}
+
+// taskCount counts the sandbox's tasks (processes and threads) but the
+// agent's (PID 1, whose Go runtime adds threads as it pleases).
+func taskCount(t *testing.T, b *sandboxtest.Box) int {
+	r := b.RootSh("n=0; for d in /proc/[0-9]*; do [ $d = /proc/1 ] || n=$((n + $(awk '/^Threads:/ {print $2}' $d/status 2>/dev/null || echo 0))); done; echo $n")
+	n, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if err != nil {
+		t.Fatalf("counting tasks: %q %+v", r.Stdout, r.Exit)
+	}
+	return n
+}
+
+// backgroundFlood starts 400 background commands that each print 1 MiB
+// (a replay buffer's worth) and stay: the agent's replay pool keeps its
+// memory bounded, the sandbox lives and answers.
+func backgroundFlood(t *testing.T, b *sandboxtest.Box) string {
+	const n = 400
+	started, refused := 0, 0
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		_, err := b.Agent.Exec(ctx, wire.ExecParams{Cmd: "head -c 1048576 /dev/zero; exec sleep 600", Tag: fmt.Sprint("flood-", i)},
+			func(ev api.Event) error {
+				if ev.Type == api.EventStart {
+					cancel() // detach: the command runs on in the background
+				}
+				return nil
+			})
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, context.Canceled):
+			started++
+		case errors.Is(err, errdefs.ErrResourceExhausted):
+			refused++
+		default:
+			t.Fatalf("background command %d: %v", i, err)
+		}
+	}
+	// Let them all print.
+	time.Sleep(5 * time.Second)
+	r := b.RootSh("awk '/^VmRSS:/ {print $2}' /proc/1/status")
+	rss, err := strconv.ParseInt(strings.TrimSpace(r.Stdout), 10, 64)
+	if err != nil {
+		t.Fatalf("reading the agent's RSS: %q", r.Stdout)
+	}
+	// Without the pool the agent held 400 MiB of replay and the sandbox
+	// (512 MiB) died about 260 commands in.
+	if limit := b.SB.Limits.MemoryBytes; rss<<10 > limit/2 {
+		t.Errorf("the agent's RSS is %d MiB with %d background commands; the sandbox has %d MiB", rss>>10, started, limit>>20)
+	}
+	if r := b.Sh("echo alive"); r.Stdout != "alive\n" {
+		t.Errorf("a command after the flood: %q %+v", r.Stdout, r.Exit)
+	}
+	b.RootSh("pkill -9 sleep; true")
+	return fmt.Sprintf("%d started, %d refused; agent RSS %d MiB", started, refused, rss>>10)
 }
 
 func memoryBomb(t *testing.T, b *sandboxtest.Box) string {

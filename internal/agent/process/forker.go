@@ -21,8 +21,8 @@ type forker struct {
 }
 
 // newForker moves a fresh, locked OS thread into the cgroup whose tasks
-// file is given.
-func newForker(tasksFile string) (*forker, error) {
+// file is given and runs setup (if not nil) on it.
+func newForker(tasksFile string, setup func() error) (*forker, error) {
 	f := &forker{reqs: make(chan func())}
 	errc := make(chan error, 1)
 	placed := make(chan struct{})
@@ -45,6 +45,12 @@ func newForker(tasksFile string) (*forker, error) {
 		if err != nil {
 			errc <- fmt.Errorf("joining the user pids cgroup: %w", err)
 			return
+		}
+		if setup != nil {
+			if err := setup(); err != nil {
+				errc <- err
+				return
+			}
 		}
 		errc <- nil
 		for fn := range f.reqs {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kiln-sh/kiln/api"
 )
 
 // Processes started with a PidsCgroup are born in that cgroup, under its
@@ -59,5 +61,51 @@ func TestForkerStartsProcessesInTheirCgroup(t *testing.T) {
 	self, _ := os.ReadFile("/proc/self/cgroup")
 	if strings.Contains(string(self), name) {
 		t.Errorf("the agent's main thread joined the user cgroup")
+	}
+}
+
+// A fork bomb started in a pids cgroup is killed, whole, once the kernel
+// refuses it a fork (pids.events), and its exit reason says pids_limit,
+// though its first shell returned at once.
+func TestPidsLimitKillsTheBomb(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root (CI=true: not skipping)")
+		}
+		t.Skip("needs root")
+	}
+	parent := "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(filepath.Join(parent, "cgroup.procs")); err != nil {
+		t.Skip("no cgroup v1 pids hierarchy")
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("kiln-bomb-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for deadline := time.Now().Add(10 * time.Second); os.Remove(dir) != nil && time.Now().Before(deadline); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	os.WriteFile(filepath.Join(dir, "pids.max"), []byte("16"), 0)
+	tbl := newTable(t, Options{PidsCgroup: filepath.Join(dir, "tasks")})
+	defer tbl.Close(context.Background())
+	_, sub, err := tbl.Start(Spec{Args: []string{"bash", "-c", ":(){ :|:& };:"}, User: self(), Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	_, st := follow(t, sub)
+	if st.Reason != api.ExitPidsLimit || !strings.Contains(st.Message, "limit is 16 tasks") {
+		t.Errorf("bomb's exit: %+v; want pids_limit", st)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cur, _ := os.ReadFile(filepath.Join(dir, "pids.current"))
+		if strings.TrimSpace(string(cur)) == "1" { // the forker thread
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tasks left in the cgroup after the kill: %s", cur)
+		}
 	}
 }

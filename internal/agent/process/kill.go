@@ -95,6 +95,9 @@ func treeOf(procs map[int]procEntry, root int) []int {
 // every member with SIGSTOP, re-scanning until no new member appears, so
 // that nothing can fork or escape between the scan and the kill.
 func killTree(root int) {
+	// Freeze the group at once, with one call: a fork bomb's processes,
+	// spinning on fork, may leave the agent little CPU for the scans.
+	_ = unix.Kill(-root, unix.SIGSTOP)
 	stopped := map[int]bool{}
 	for range 10 {
 		found := false

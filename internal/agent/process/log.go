@@ -27,6 +27,7 @@ type eventLog struct {
 	events  []api.Event   // contiguous seqs, oldest first
 	size    int64         // sum of eventCost over events
 	limit   int64         // replay budget
+	pool    *replayPool   // shared by the table's logs; nil: none
 	nextSeq uint64
 	subs    map[*Subscription]struct{}
 
@@ -35,8 +36,9 @@ type eventLog struct {
 	truncated bool
 }
 
-func newEventLog(limit, outLimit int64) *eventLog {
+func newEventLog(limit, outLimit int64, pool *replayPool) *eventLog {
 	return &eventLog{
+		pool:     pool,
 		changed:  make(chan struct{}),
 		limit:    limit,
 		nextSeq:  1,
@@ -92,8 +94,9 @@ func (l *eventLog) appendEvent(ev api.Event) {
 func (l *eventLog) appendLocked(ev api.Event, block bool) {
 	c := eventCost(ev)
 	for {
-		l.evictLocked(l.limit - c)
-		if !block || len(l.events) == 0 || l.size+c <= l.limit {
+		room := l.pool.room(l.size, l.limit)
+		l.evictLocked(room - c)
+		if !block || len(l.events) == 0 || l.size+c <= room {
 			break
 		}
 		ch := l.changed
@@ -107,6 +110,7 @@ func (l *eventLog) appendLocked(ev api.Event, block bool) {
 	l.nextSeq++
 	l.events = append(l.events, ev)
 	l.size += c
+	l.pool.add(c)
 	l.wakeLocked()
 }
 
@@ -116,9 +120,18 @@ func (l *eventLog) evictLocked(size int64) {
 	floor := l.floorLocked()
 	for len(l.events) > 0 && l.size > size && l.events[0].Seq <= floor {
 		l.size -= eventCost(l.events[0])
+		l.pool.add(-eventCost(l.events[0]))
 		l.events[0] = api.Event{}
 		l.events = l.events[1:]
 	}
+}
+
+// release gives the log's memory back to the pool (the log is forgotten).
+func (l *eventLog) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pool.add(-l.size)
+	l.pool = nil
 }
 
 // shrink lowers the replay budget of an ended process's log.

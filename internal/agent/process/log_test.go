@@ -17,7 +17,7 @@ func out(n int) api.Event { return api.Event{Type: api.EventStdout, Data: make([
 // With nobody attached, old events are dropped; a late subscriber gets
 // what remains, with a gap in seq.
 func TestLogDropsWhenDetached(t *testing.T) {
-	l := newEventLog(10_000, 0)
+	l := newEventLog(10_000, 0, nil)
 	l.appendEvent(api.Event{Type: api.EventStart})
 	for range 100 {
 		l.appendOutput(out(1000)) // never blocks: nobody attached
@@ -40,7 +40,7 @@ func TestLogDropsWhenDetached(t *testing.T) {
 
 // An attached subscriber misses nothing: appending waits for it.
 func TestLogBackpressure(t *testing.T) {
-	l := newEventLog(10_000, 0)
+	l := newEventLog(10_000, 0, nil)
 	sub := l.subscribe(0)
 	defer sub.Close()
 	done := make(chan struct{})
@@ -72,7 +72,7 @@ func TestLogBackpressure(t *testing.T) {
 
 // Output beyond the cap is cut and remembered.
 func TestLogOutputCap(t *testing.T) {
-	l := newEventLog(1<<20, 2500)
+	l := newEventLog(1<<20, 2500, nil)
 	for range 3 {
 		l.appendOutput(out(1000))
 	}
@@ -100,7 +100,7 @@ func TestReadLoopDrainsAfterDeadline(t *testing.T) {
 	if err := r.SetReadDeadline(time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	p := &Process{log: newEventLog(1<<20, 0)}
+	p := &Process{log: newEventLog(1<<20, 0, nil)}
 	p.readLoop(r, api.EventStdout) // must return: the writer is still open
 	var got string
 	for _, ev := range p.log.events {

@@ -85,13 +85,27 @@ func oomMargin(limit int64) int64 {
 	return min(limit/16, 64<<20)
 }
 
-// guard is the userspace resource guard, for gVisor: there the host's
-// cgroup can only kill the whole sandbox, not one process in it. While any
-// process runs it polls every interval and SIGKILLs the offending tree:
-//   - memory above the limit minus a margin: the tree with the largest RSS
-//     among processes started through the API, marked out_of_memory;
-//   - more tasks (threads) than the pids limit: the tree with the most
-//     tasks, marked pids_limit.
+// backstopHeadroom is how many tasks beyond the pids limit the guard's
+// whole-sandbox count tolerates (the agent's own threads, and root's
+// processes that left the user cgroup) before it kills.
+const backstopHeadroom = 64
+
+// backstopEvery is how many guard ticks pass between whole-sandbox task
+// counts (each reads every process's /proc entry).
+const backstopEvery = 32
+
+// guard is the userspace resource guard. While any process runs it polls
+// every interval and SIGKILLs the offending tree:
+//   - the pids limit hit (see pidsCounter.hit: a fork refused by the
+//     kernel's pids cgroup, or, inside gVisor, the processes holding all
+//     but one of their tasks): the tree with the most tasks, marked
+//     pids_limit (checkPids);
+//   - for gVisor, where the host's cgroup can only kill the whole sandbox:
+//     memory above the limit minus a margin: the tree with the largest RSS
+//     among processes started through the API, marked out_of_memory; and
+//     more tasks in the whole sandbox than the limit plus headroom, counted
+//     every backstopEvery ticks (root may move its processes out of the
+//     user cgroup).
 func (t *Table) guard(interval time.Duration) {
 	o := t.opts
 	memory := o.OOMGuard && o.MemoryLimit > 0
@@ -103,21 +117,23 @@ func (t *Table) guard(interval time.Duration) {
 		case <-t.busy:
 		}
 		tick := time.NewTicker(interval)
-		for t.runningCount() > 0 {
+		for n := 0; t.runningCount() > 0; n++ {
 			select {
 			case <-t.stop:
 				tick.Stop()
 				return
 			case <-tick.C:
 			}
+			if t.checkPids(true) {
+				continue
+			}
 			var victim *Process
 			var cause exitCause
-			if o.PidsLimit > 0 {
-				if tasks, busiest := t.busiest(); tasks > o.PidsLimit && busiest != nil {
+			if o.PidsLimit > 0 && n%backstopEvery == 0 {
+				if tasks, busiest, _ := t.busiest(); tasks > o.PidsLimit+backstopHeadroom && busiest != nil {
 					victim = busiest
 					t.log.Warn("pids limit reached: killing the process tree with the most tasks", "pid", victim.pid, "tasks", tasks, "limit", o.PidsLimit)
-					cause = exitCause{reason: api.ExitPidsLimit, message: fmt.Sprintf(
-						"too many processes: the sandbox's limit is %d tasks", o.PidsLimit)}
+					cause = t.pidsCause()
 				}
 			}
 			if used, err := o.MemoryUsage(); victim == nil && memory && err == nil && used > threshold {
@@ -130,39 +146,132 @@ func (t *Table) guard(interval time.Duration) {
 				continue
 			}
 			victim.kill(cause)
-			// Give the kernel time to free the victim's resources.
-			select {
-			case <-victim.done:
-			case <-time.After(time.Second):
-			case <-t.stop:
-			}
+			t.settle(victim)
 		}
 		tick.Stop()
 	}
 }
 
-// busiest returns the sandbox's total task count and the running process
-// whose tree has the most tasks.
-func (t *Table) busiest() (int64, *Process) {
+// settle gives the kernel time to free a killed process's resources.
+func (t *Table) settle(victim *Process) {
+	select {
+	case <-victim.done:
+	case <-time.After(time.Second):
+	case <-t.stop:
+	}
+}
+
+// checkPids kills the tree with the most tasks if the pids limit was hit,
+// and reports whether it killed. It runs on the guard's ticks and when a
+// process ends (so that a process that ends right after the limit refused
+// its fork is reported as pids_limit); settle waits for the victim.
+func (t *Table) checkPids(settle bool) bool {
+	if t.pids == nil {
+		return false
+	}
+	t.pidsMu.Lock()
+	defer t.pidsMu.Unlock()
+	if !t.pids.hit() {
+		return false
+	}
+	var tasks int64
+	var p *Process
+	var root int
+	if ps := t.runningProcesses(); len(ps) == 1 && t.spawnedCount() == 0 {
+		// One suspect: no need to read every process's /proc entry while
+		// a bomb leaves the agent little CPU.
+		p = ps[0]
+		tasks, _ = t.pids.current()
+	} else {
+		tasks, p, root = t.busiest()
+	}
+	cause := t.pidsCause()
+	switch {
+	case p != nil:
+		t.log.Warn("pids limit reached: killing the process tree with the most tasks", "pid", p.pid, "tasks", tasks, "limit", t.pids.limit)
+		p.kill(cause)
+		if settle {
+			t.settle(p)
+		}
+	case root > 0:
+		// A kernel, or what a process that has ended left running.
+		t.log.Warn("pids limit reached: killing the process tree with the most tasks", "root", root, "tasks", tasks, "limit", t.pids.limit)
+		killTree(root)
+	default:
+		return false
+	}
+	return true
+}
+
+func (t *Table) spawnedCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.spawned)
+}
+
+func (t *Table) pidsCause() exitCause {
+	limit := t.opts.PidsLimit
+	if t.pids != nil && t.pids.limit > 0 {
+		limit = t.pids.limit
+	}
+	return exitCause{reason: api.ExitPidsLimit, message: fmt.Sprintf(
+		"too many processes: the sandbox's limit is %d tasks", limit)}
+}
+
+// busiest returns the sandbox's total task count and the tree with the
+// most tasks: a running process's (p), or else that of a helper the
+// table spawned (a kernel) or of a process group whose leader has ended
+// (root, its pid or group id).
+func (t *Table) busiest() (total int64, p *Process, root int) {
 	procs := scanProcs()
-	var total int64
 	for _, e := range procs {
 		total += int64(max(e.threads, 1))
 	}
-	var best *Process
-	bestTasks := -1
-	for _, p := range t.runningProcesses() {
-		n := 0
-		for _, pid := range treeOf(procs, p.pid) {
+	size := func(root int) (n int, members []int) {
+		members = treeOf(procs, root)
+		for _, pid := range members {
 			n += max(procs[pid].threads, 1)
 		}
-		if n > bestTasks {
-			best, bestTasks = p, n
+		return n, members
+	}
+	covered := map[int]bool{}
+	best := -1
+	for _, rp := range t.runningProcesses() {
+		n, members := size(rp.pid)
+		for _, m := range members {
+			covered[m] = true
+		}
+		if n > best {
+			best, p, root = n, rp, 0
 		}
 	}
-	return total, best
+	t.mu.Lock()
+	var roots []int
+	for pid := range t.spawned {
+		roots = append(roots, pid)
+	}
+	t.mu.Unlock()
+	self := os.Getpid()
+	for _, e := range procs {
+		if e.pgid > 1 && e.pgid != self && !covered[e.pid] {
+			roots = append(roots, e.pgid)
+		}
+	}
+	for _, r := range roots {
+		if covered[r] {
+			continue
+		}
+		n, members := size(r)
+		for _, m := range members {
+			covered[m] = true
+		}
+		covered[r] = true
+		if n > best && n > 0 {
+			best, p, root = n, nil, r
+		}
+	}
+	return total, p, root
 }
-
 func oomReason(limit int64) exitCause {
 	return exitCause{reason: api.ExitOOM, message: fmt.Sprintf(
 		"out of memory: the sandbox's memory limit is %d MiB", limit>>20)}

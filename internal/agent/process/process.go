@@ -26,6 +26,11 @@ const (
 	drainMax = 2 * time.Second
 	// drainBufferedMax bounds the final read of what a pipe still holds.
 	drainBufferedMax = 1 << 20
+	// groupWaitMax bounds how long reading goes on after exit while the
+	// process's group keeps growing (a fork bomb whose first shell
+	// returned at once), so that the guard can kill it and the exit
+	// status say so.
+	groupWaitMax = 2 * time.Minute
 )
 
 // exitCause is why the agent killed a process, if it did.
@@ -58,6 +63,12 @@ type Process struct {
 	mu    sync.Mutex
 	cause exitCause
 	info  api.ProcessInfo // Exit is set once done
+
+	growMu   sync.Mutex // guards the samples of groupGrowing
+	growAt   time.Time  // last sample
+	growN    int64      // the processes' task count at exit
+	growTree int        // the size of the tree left at exit; 0: none
+	growing  bool
 }
 
 // PID returns the process's pid (and process group id).
@@ -99,6 +110,10 @@ func (p *Process) readLoop(f *os.File, typ api.EventType) {
 			// when output is waiting: what the process wrote before it
 			// exited must not be lost.
 			p.drainBuffered(f, buf, typ)
+			if p.groupGrowing() {
+				_ = f.SetReadDeadline(time.Now().Add(drainIdle))
+				continue
+			}
 		}
 		if err != nil {
 			return
@@ -130,6 +145,54 @@ func (p *Process) drainBuffered(f *os.File, buf []byte, typ api.EventType) {
 	}
 }
 
+// groupGrowing reports, after the process exited, whether its tree has
+// grown since then (a fork bomb whose first shell returned at once), for
+// up to groupWaitMax after the exit. A tree that had left nothing at exit
+// costs nothing; otherwise the pids cgroup's count is read at most every
+// drainIdle, and the tree counted only when that count rose.
+func (p *Process) groupGrowing() bool {
+	at := p.exitAt.Load()
+	if at == 0 || p.table == nil {
+		return false
+	}
+	c := p.table.pids
+	if c == nil || time.Since(time.Unix(0, at)) > groupWaitMax {
+		return false
+	}
+	p.growMu.Lock()
+	defer p.growMu.Unlock()
+	if p.growTree == 0 {
+		return false // nothing was left at exit
+	}
+	now := time.Now()
+	if now.Sub(p.growAt) < drainIdle {
+		return p.growing
+	}
+	p.growAt = now
+	p.growing = false
+	if n, err := c.current(); err == nil && n > p.growN {
+		p.growing = len(treeOf(scanProcs(), p.pid)) > p.growTree
+	}
+	return p.growing
+}
+
+// noteTreeAtExit records, when p exited, the size of what it left running
+// and the processes' task count: groupGrowing's baselines.
+func (p *Process) noteTreeAtExit() {
+	c := p.table.pids
+	if c == nil || unix.Kill(-p.pid, 0) != nil {
+		return
+	}
+	n, err := c.current()
+	if err != nil {
+		return
+	}
+	tree := len(treeOf(scanProcs(), p.pid))
+	p.growMu.Lock()
+	p.growN, p.growTree, p.growAt = n, tree, time.Now()
+	p.growMu.Unlock()
+}
+
 func drainDeadline(exitAt int64) time.Time {
 	idle, limit := time.Now().Add(drainIdle), time.Unix(0, exitAt).Add(drainMax)
 	if idle.Before(limit) {
@@ -145,10 +208,14 @@ func (p *Process) wait(readers *sync.WaitGroup, pio *procIO) {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
+	p.noteTreeAtExit()
 	for _, r := range pio.readers {
 		_ = r.f.SetReadDeadline(drainDeadline(p.exitAt.Load()))
 	}
 	readers.Wait()
+	// The limit may have refused this process's last fork just before it
+	// ended: let the guard look now, so the status can say so.
+	p.table.checkPids(false)
 	p.stdinMu.Lock()
 	pio.closeParent() // includes the terminal's master
 	p.stdinClosed = true
@@ -185,8 +252,13 @@ func (p *Process) status() api.ExitStatus {
 		}
 	} else {
 		st.Code = ws.ExitStatus()
-		// A shell whose child the kernel OOM-killed exits 137 itself.
-		if st.Code == 128+int(unix.SIGKILL) && p.kernelOOM() {
+		switch {
+		case cause.reason != "":
+			// The agent killed the rest of its tree (say, a fork bomb
+			// whose first shell had returned).
+			st.Reason, st.Message = cause.reason, cause.message
+		case st.Code == 128+int(unix.SIGKILL) && p.kernelOOM():
+			// A shell whose child the kernel OOM-killed exits 137 itself.
 			st.Reason, st.Message = api.ExitOOM, p.oomMessage()
 		}
 	}
@@ -215,18 +287,19 @@ func (p *Process) oomMessage() string {
 }
 
 // kill SIGKILLs the process's whole tree, recording why (the first cause
-// wins).
+// wins). A process that exited but is not done yet still has its group,
+// which it kills: what is left of the tree is the process's doing.
 func (p *Process) kill(cause exitCause) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
 	p.mu.Lock()
 	if p.cause.reason == "" {
 		p.cause = cause
 	}
 	p.mu.Unlock()
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
 	killTree(p.pid)
 }
 

@@ -10,7 +10,8 @@ import (
 
 // Spawn forks and executes argv0 for a long-lived helper of the agent (a
 // code kernel, say) that the table does not list or manage: the caller
-// owns the process and its descriptors. Its wait status goes to onExit
+// owns the process and its descriptors. The guard may kill its tree when
+// the pids limit is reached (see checkPids). Its wait status goes to onExit
 // through the table's reaper, so that in reap-all mode the wait4(-1) loop
 // routes it rather than swallowing it as an orphan's.
 func (t *Table) Spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onExit func(syscall.WaitStatus)) (int, error) {
@@ -19,7 +20,22 @@ func (t *Table) Spawn(argv0 string, argv []string, attr *syscall.ProcAttr, onExi
 		return 0, apiErrorf(api.CodeUnavailable, "the agent is shutting down")
 	default:
 	}
-	return t.reaper.start(func() (int, error) {
-		return syscall.ForkExec(argv0, argv, attr)
-	}, func(ws unix.WaitStatus) { onExit(syscall.WaitStatus(ws)) })
+	var pid int
+	pid, err := t.reaper.start(func() (int, error) {
+		var err error
+		pid, err = syscall.ForkExec(argv0, argv, attr)
+		if err == nil {
+			// Before the reaper can route its exit (we hold its lock).
+			t.mu.Lock()
+			t.spawned[pid] = true
+			t.mu.Unlock()
+		}
+		return pid, err
+	}, func(ws unix.WaitStatus) {
+		t.mu.Lock()
+		delete(t.spawned, pid)
+		t.mu.Unlock()
+		onExit(syscall.WaitStatus(ws))
+	})
+	return pid, err
 }

@@ -44,7 +44,7 @@ func (t *Table) Start(s Spec) (*Process, *Subscription, error) {
 
 	p := &Process{
 		table:    t,
-		log:      newEventLog(t.opts.ReplayBytes, outLimit),
+		log:      newEventLog(t.opts.ReplayBytes, outLimit, t.replay),
 		outLimit: outLimit,
 		timeout:  s.Timeout,
 		exited:   make(chan struct{}),

@@ -46,6 +46,10 @@ type Options struct {
 	OutputLimit int64
 	// ReplayBytes bounds each process's replay buffer.
 	ReplayBytes int64
+	// ReplayPool bounds the replay buffers of all processes together
+	// (see replayPool); 0 means a sixteenth of MemoryLimit, within
+	// 8–256 MiB (64 MiB if the limit is unknown).
+	ReplayPool int64
 	// History is how many ended processes are remembered.
 	History int
 	// ReapAll makes the table reap every child of this program with
@@ -58,11 +62,17 @@ type Options struct {
 	MemoryLimit int64
 	// OOMGuard enables the userspace OOM guard (see guard).
 	OOMGuard bool
-	// PidsLimit, if positive, makes the guard kill the process tree with
-	// the most tasks when the sandbox has more tasks than this (see guard).
+	// PidsLimit, if positive, is the sandbox's limit on the tasks of the
+	// processes started through the table, enforced inside: for the agent
+	// (ReapAll) without a PidsCgroup, i.e. under gVisor, with RLIMIT_NPROC
+	// and a pids cgroup of the sentry (see sentryPids); and by the guard,
+	// which kills the process tree with the most tasks when the limit is
+	// reached, or when the whole sandbox has PidsLimit+backstopHeadroom
+	// tasks (see guard).
 	PidsLimit int64
 	// PidsCgroup, if set, is the tasks file of the pids cgroup that
-	// processes are started in (see forker).
+	// processes are started in (see forker); its pids.max is the limit and
+	// the guard kills when its pids.events counts a refused fork.
 	PidsCgroup string
 	// MemoryUsage and OOMKills read the sandbox's memory use and the
 	// kernel's OOM kill counter; nil means MemoryUsage and OOMKillCount.
@@ -101,6 +111,13 @@ type Table struct {
 	running map[int]*Process
 	ended   []*Process // oldest first, at most opts.History
 
+	spawned map[int]bool // running helpers started with Spawn
+
+	replay *replayPool
+
+	pids   *pidsCounter // nil: no pids limit of the table's own
+	pidsMu sync.Mutex   // serialises checkPids
+
 	busy      chan struct{} // 1-buffered: a process started
 	stop      chan struct{}
 	closeOnce sync.Once
@@ -126,21 +143,58 @@ func NewTable(o Options) *Table {
 		log:     o.Log,
 		reaper:  newReaper(o.ReapAll, o.Log),
 		running: make(map[int]*Process),
+		spawned: make(map[int]bool),
+		replay:  &replayPool{budget: cmp.Or(o.ReplayPool, replayPoolSize(o.MemoryLimit))},
 		busy:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
 	t.baseEnv.Store(&o.BaseEnv)
-	if o.PidsCgroup != "" {
-		f, err := newForker(o.PidsCgroup)
-		if err != nil {
-			t.log.Warn("starting processes outside a pids cgroup of their own", "err", err)
-		}
-		t.reaper.forker = f
-	}
-	if (o.OOMGuard && o.MemoryLimit > 0) || o.PidsLimit > 0 {
+	t.limitPids()
+	if (o.OOMGuard && o.MemoryLimit > 0) || o.PidsLimit > 0 || t.pids != nil {
 		go t.guard(o.OOMInterval)
 	}
 	return t
+}
+
+// limitPids sets up the pids limit: the forker that starts processes in
+// their pids cgroup (the host's under runc; the sentry's, with
+// RLIMIT_NPROC, under gVisor: see cgroup.go) and the counter the guard
+// watches. For the agent (ReapAll) it first takes CAP_SYS_RESOURCE out of
+// every thread's bounding set, so nothing it runs may hold it.
+func (t *Table) limitPids() {
+	o := t.opts
+	if o.ReapAll {
+		if err := dropBoundingSysResource(); err != nil {
+			t.log.Warn("processes may gain CAP_SYS_RESOURCE", "err", err)
+		}
+	}
+	tasks, sentry := o.PidsCgroup, false
+	if tasks == "" && o.ReapAll && o.PidsLimit > 0 {
+		var err error
+		tasks, err = sentryPids(o.PidsLimit)
+		sentry = tasks != ""
+		if err != nil {
+			t.log.Warn("the pids limit is enforced by the guard alone", "err", err)
+		}
+	}
+	if tasks == "" {
+		return
+	}
+	var setup func() error
+	if o.ReapAll {
+		setup = func() error { return forkerThreadSetup(sentry) }
+	}
+	f, err := newForker(tasks, setup)
+	if err != nil {
+		t.log.Warn("starting processes outside a pids cgroup of their own", "err", err)
+		return
+	}
+	t.reaper.forker = f
+	limit := int64(0)
+	if sentry {
+		limit = o.PidsLimit
+	}
+	t.pids = newPidsCounter(tasks, limit, 1)
 }
 
 // SetBaseEnv replaces the environment that processes started from now on
@@ -244,6 +298,9 @@ func (t *Table) finish(p *Process) {
 		t.ended[i].log.shrink(endedReplayBytes)
 	}
 	if n := len(t.ended) - t.opts.History; n > 0 {
+		for _, old := range t.ended[:n] {
+			old.log.release()
+		}
 		clear(t.ended[:n])
 		t.ended = t.ended[n:]
 	}
