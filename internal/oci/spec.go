@@ -44,6 +44,10 @@ type SpecOptions struct {
 	// Runtime is the runtime the spec is for; "runsc" grants the agent
 	// agentCaps, which only gVisor's pids limit needs.
 	Runtime string
+	// Capabilities, if set, is PID 1's capability set instead of
+	// Capabilities(Runtime): a restore must have the set its checkpoint
+	// was made with.
+	Capabilities []string
 	// NetNS is the path of an existing network namespace to join (the
 	// sandbox's own, made by internal/network); "" makes a new one with
 	// loopback only. runsc uses its interfaces (--network=sandbox).
@@ -75,6 +79,24 @@ func Capabilities(runtime string) []string {
 	return caps
 }
 
+// LegacyCapabilities is the set every sandbox had before Kiln dropped
+// NET_RAW, MKNOD and SETFCAP and gave the runsc agent SYS_RESOURCE, in its
+// order: the set of checkpoints made then, which record none.
+var LegacyCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_NET_RAW", "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+// SpecCapabilities returns the capability set of s's process (its
+// bounding set), or nil.
+func SpecCapabilities(s *specs.Spec) []string {
+	if s == nil || s.Process == nil || s.Process.Capabilities == nil {
+		return nil
+	}
+	return append([]string(nil), s.Process.Capabilities.Bounding...)
+}
+
 // sysctls are set in the sandbox's own network namespace: ping works
 // without CAP_NET_RAW through unprivileged ICMP sockets, for every group.
 var sysctls = map[string]string{
@@ -104,6 +126,9 @@ func NewSpec(o SpecOptions) *specs.Spec {
 		cwd = "/"
 	}
 	caps := Capabilities(o.Runtime)
+	if o.Capabilities != nil {
+		caps = append([]string(nil), o.Capabilities...)
+	}
 	s := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{

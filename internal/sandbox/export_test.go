@@ -63,3 +63,7 @@ func (m *Manager) MakePooled(ctx context.Context, name string) error {
 	m.discard(ctx, b)
 	return nil
 }
+
+// UseCapabilities makes new sandboxes' PID 1 have caps (nil: the current
+// set), as an older Kiln's did.
+func (m *Manager) UseCapabilities(caps []string) { m.specCaps = caps }

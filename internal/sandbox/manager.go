@@ -85,6 +85,10 @@ type Manager struct {
 	warm  warmBuilds // warm checkpoint builds (warm.go)
 	pools *pools     // ready sandboxes per template (pool.go); guarded by mu
 
+	// specCaps, set by tests, replaces the capability set of new
+	// sandboxes (to make images as an older Kiln did).
+	specCaps []string
+
 	// faults, set by tests, makes a stage of a bring-up path fail
 	// (pipeline.go).
 	faults func(path, stage string, id ID) error

@@ -60,6 +60,9 @@ type bringup struct {
 	disk string
 	// checkpoint is a runsc image dir to restore; "" boots the agent.
 	checkpoint string
+	// caps is the capability set the checkpoint was made with (nil: the
+	// current one).
+	caps []string
 	// identify tells a restored agent its new id and env, then runs
 	// warmCode (the warm kernel's env update) in the background, or before
 	// returning with settle.
@@ -156,7 +159,7 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 			return nil
 		})
 	}
-	bundle := m.bundle(b, u.rt, layer.Rootfs(), pidsCgroup)
+	bundle := m.bundle(b, u.rt, layer.Rootfs(), pidsCgroup, u.caps)
 	if err := bundle.Write(); err != nil {
 		return nil, err
 	}

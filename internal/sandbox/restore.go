@@ -2,9 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -22,7 +24,44 @@ import (
 const (
 	imageCheckpoint = checkpointDir // dir: runsc checkpoint --image-path
 	imageDisk       = "disk.img"    // sparse copy of the layer's ext4 image
+	imageCapsFile   = "caps.json"   // the source's capability set (a restore needs the same)
 )
+
+// keepCaps records the capability set of the sandbox in srcDir with its
+// image in imageDir: runsc restores a checkpoint only with the set it was
+// made with, and Kiln's set may change between versions.
+func keepCaps(srcDir, imageDir string) error {
+	b, err := oci.ReadBundle(srcDir)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(oci.SpecCapabilities(b.Spec))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(imageDir, imageCapsFile), data, 0o600); err != nil {
+		return fmt.Errorf("recording capabilities: %w", err)
+	}
+	return nil
+}
+
+// imageCaps returns the capability set an image was made with: the one it
+// records, or for an image made before images recorded one, the set Kiln
+// had then.
+func imageCaps(imageDir string) ([]string, error) {
+	data, err := os.ReadFile(filepath.Join(imageDir, imageCapsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return oci.LegacyCapabilities, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the image's capabilities: %w", err)
+	}
+	var caps []string
+	if err := json.Unmarshal(data, &caps); err != nil || len(caps) == 0 {
+		return nil, fmt.Errorf("the image's capabilities are damaged: %w", errdefs.ErrFailedPrecondition)
+	}
+	return caps, nil
+}
 
 // capture freezes a running runsc sandbox, checkpoints it into dir with
 // --leave-running and copies its layer image there, then thaws it: the
@@ -62,6 +101,9 @@ func (m *Manager) capture(ctx context.Context, b *box, dir, verb string) (_ Sand
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrResourceExhausted)
 		}
 		return Sandbox{}, fmt.Errorf("copying layer image: %w", err)
+	}
+	if err := keepCaps(b.dir, dir); err != nil {
+		return Sandbox{}, err
 	}
 	if err := keepNetwork(b.dir, dir); err != nil {
 		return Sandbox{}, err
@@ -106,6 +148,10 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 			}
 		}
 	}()
+	caps, err := imageCaps(dir)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.enroll(ctx, pathRestore, b, &q, &c); err != nil {
 		return nil, err
 	}
@@ -115,6 +161,7 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 	conn, err := m.bringUp(ctx, bringup{
 		path: pathRestore, b: b, rt: m.runtimes[rec.Runtime], tmpl: tmpl,
 		disk: filepath.Join(dir, imageDisk), checkpoint: filepath.Join(dir, imageCheckpoint), identify: true,
+		caps: caps,
 	}, &c)
 	if err != nil {
 		return nil, err

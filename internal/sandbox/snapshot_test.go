@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kiln-sh/kiln/internal/oci"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -472,5 +473,46 @@ func TestRestoreAfterAgentUpgrade(t *testing.T) {
 		if r := sandboxtest.Wrap(t, m2, s, a).Sh("cat /home/user/f"); r.Stdout != "kept\n" {
 			t.Errorf("sandbox %s after the upgrade: %q", s.ID, r.Stdout)
 		}
+	}
+}
+
+// A snapshot made by a Kiln whose sandboxes had another capability set
+// (before NET_RAW, MKNOD and SETFCAP were dropped; its images record no
+// set) still restores: runsc restores a checkpoint only with the set it
+// was made with, so an image's set goes with it.
+func TestRestoreSnapshotOfOlderCapabilities(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	m := newManager(t, cfg)
+	killAllOnCleanup(t, m)
+	ctx := context.Background()
+	m.UseCapabilities(oci.LegacyCapabilities)
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	src.Sh("echo old > /home/user/f")
+	if _, err := m.Snapshot(ctx, src.SB.ID, "old"); err != nil {
+		t.Fatal(err)
+	}
+	recorded, _ := filepath.Glob(filepath.Join(cfg.StateDir, ".snapshots", "*", "caps.json"))
+	if len(recorded) != 1 {
+		t.Fatalf("snapshot records its capabilities in %v", recorded)
+	}
+	if err := os.Remove(recorded[0]); err != nil { // as the older Kiln's image
+		t.Fatal(err)
+	}
+	m.UseCapabilities(nil)
+	sb, err := m.Create(ctx, sandbox.CreateOptions{Snapshot: "old"})
+	if err != nil {
+		t.Fatalf("create from a snapshot of the older capability set: %v", err)
+	}
+	a, err := m.Agent(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := sandboxtest.Wrap(t, m, sb, a).Sh("cat /home/user/f"); r.Stdout != "old\n" {
+		t.Errorf("restored sandbox: %q", r.Stdout)
+	}
+	// A fork of it (today's Kiln, the older set) restores with its set.
+	if _, err := m.Fork(ctx, sb.ID, 1, sandbox.Quota{}); err != nil {
+		t.Errorf("fork of a sandbox with the older set: %v", err)
 	}
 }

@@ -196,20 +196,25 @@ func runCode(ctx context.Context, a *Agent, p wire.ExecuteParams) error {
 
 // bundle is the OCI bundle of b on the layer mounted at root: the agent as
 // PID 1 with b's env, hostname b's id, cgroup /kiln/<id> with b's limits.
-// pidsCgroup is runc's user pids cgroup ("" for runsc).
-func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string) *oci.Bundle {
+// pidsCgroup is runc's user pids cgroup ("" for runsc); caps, if set, is
+// the capability set (a restore's: its image's).
+func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string, caps []string) *oci.Bundle {
+	if caps == nil {
+		caps = m.specCaps
+	}
 	return &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
-		Rootfs:      root,
-		Args:        []string{agentBinary},
-		Env:         m.agentEnv(b.rec),
-		Cwd:         "/",
-		Hostname:    b.rec.ID.String(),
-		Limits:      m.runtimeLimits(rt.Name(), b.rec.Limits),
-		CgroupsPath: cgroupsPath(b.rec.ID),
-		AgentDir:    m.agentDir,
-		PidsCgroup:  pidsCgroup,
-		Runtime:     rt.Name(),
-		NetNS:       m.netNS(b.rec.ID),
+		Rootfs:       root,
+		Args:         []string{agentBinary},
+		Env:          m.agentEnv(b.rec),
+		Cwd:          "/",
+		Hostname:     b.rec.ID.String(),
+		Limits:       m.runtimeLimits(rt.Name(), b.rec.Limits),
+		CgroupsPath:  cgroupsPath(b.rec.ID),
+		AgentDir:     m.agentDir,
+		PidsCgroup:   pidsCgroup,
+		Runtime:      rt.Name(),
+		Capabilities: caps,
+		NetNS:        m.netNS(b.rec.ID),
 	})}
 }
 
