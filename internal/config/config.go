@@ -47,7 +47,7 @@ type Liveness struct {
 	// (KILN_AGENT_PING_INTERVAL, default 2s; 0 turns the ping off).
 	Interval time.Duration
 	// Misses is how many unanswered pings in a row fail the sandbox
-	// (KILN_AGENT_PING_MISSES, default 3).
+	// (KILN_AGENT_PING_MISSES, default 5).
 	Misses int
 }
 
@@ -154,7 +154,7 @@ func Default() Config {
 			DefaultMaxSandboxes: 100, DefaultMaxMemoryBytes: 64 * GiB,
 			ShutdownGrace: 10 * time.Second,
 		},
-		Liveness: Liveness{Interval: 2 * time.Second, Misses: 3},
+		Liveness: Liveness{Interval: 2 * time.Second, Misses: 5},
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci"
 )
 
 // reasonUnresponsive is the failure reason of a sandbox whose agent
@@ -16,9 +17,21 @@ import (
 // a Go stack dump).
 const reasonUnresponsive = "agent unresponsive"
 
+// A sandbox busy while its agent leaves pings unanswered is starved (a
+// fork bomb shares its CPU with the agent until the agent's guard kills
+// it), not frozen: it is failed only once it has been unresponsive for
+// starvedLimit. Busy means its cgroup used more than busyShare of a CPU
+// since the pings went unanswered; a stopped agent with nothing else
+// running uses next to none.
+const (
+	starvedLimit = 5 * time.Minute
+	busyShare    = 0.1
+)
+
 // liveness pings the agent of a running sandbox every interval on session
 // conn (config.Liveness). A sandbox whose agent leaves Misses pings in a
-// row unanswered, each within interval, is failed ("agent unresponsive")
+// row unanswered, each within interval, while the sandbox is idle (or for
+// starvedLimit while it is busy) is failed ("agent unresponsive")
 // and destroyed as one whose channel ended is (see watch): an agent
 // stopped by SIGSTOP, or wedged, would otherwise leave the sandbox
 // "running" while every call hangs until its own timeout.
@@ -39,6 +52,8 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 	defer tick.Stop()
 	var inflight chan error // the unanswered ping, if any
 	missed := 0
+	var since time.Time // the first miss of the current run
+	var cpuSince time.Duration
 	for {
 		select {
 		case <-conn.Done():
@@ -75,10 +90,17 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 		case <-conn.Done():
 		}
 		timer.Stop()
+		if missed == 1 {
+			since, cpuSince = time.Now(), m.cpuUsage(b.rec.ID)
+		}
 		if missed >= misses && !ended(conn) {
-			m.failUnresponsive(b, fmt.Sprintf("%d pings in a row unanswered within %s", missed, interval))
-			b.mu.Unlock()
-			return
+			silent := time.Since(since)
+			busy := float64(m.cpuUsage(b.rec.ID)-cpuSince) > busyShare*float64(silent)
+			if !busy || silent >= starvedLimit {
+				m.failUnresponsive(b, fmt.Sprintf("%d pings in a row unanswered within %s (%s, busy %v)", missed, interval, silent.Round(time.Second), busy))
+				b.mu.Unlock()
+				return
+			}
 		}
 		b.mu.Unlock()
 	}
@@ -119,4 +141,13 @@ func (m *Manager) failUnresponsive(b *box, detail string) {
 	if err := m.destroyLocked(ctx, b, StateFailed, reasonUnresponsive); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		m.log.Error("cleaning up unresponsive sandbox", "sandbox_id", id, "err", err)
 	}
+}
+
+// cpuUsage is the CPU time a sandbox's cgroup has used (0 if unknown).
+func (m *Manager) cpuUsage(id ID) time.Duration {
+	st, err := oci.CgroupStats(cgroupsPath(id))
+	if err != nil {
+		return 0
+	}
+	return st.CPUUsage
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/config"
@@ -143,6 +144,52 @@ func TestContextsMemoryExhausted(t *testing.T) {
 			h.do("DELETE", base+"/contexts/"+made[0].ID, h.a, nil, http.StatusNoContent, nil)
 			if c, status, e := createContext(t, h, base, api.CreateContextRequest{Language: "python"}); c.ID == "" {
 				t.Fatalf("context after a delete: %d %+v", status, e)
+			}
+		})
+	}
+}
+
+// Code in a kernel that allocates past the sandbox's memory limit loses
+// its kernel, not the sandbox: under gVisor the agent's guard kills the
+// kernel holding the most memory before the host's cgroup would kill the
+// whole sandbox; under runc the kernel's OOM killer picks it.
+func TestKernelMemoryHog(t *testing.T) {
+	h := codeInterpreterHarness(t)
+	for _, rt := range []string{"runsc", "runc"} {
+		t.Run(rt, func(t *testing.T) {
+			h := h.with(t)
+			sb := h.create(h.a, api.CreateSandboxRequest{Template: "code-interpreter", Runtime: rt, Timeout: 900,
+				Limits: api.Limits{MemoryBytes: 512 << 20}})
+			base := "/v1/sandboxes/" + sb.ID
+			c, status, e := createContext(t, h, base, api.CreateContextRequest{Language: "python"})
+			if c.ID == "" {
+				t.Fatalf("context: %d %+v", status, e)
+			}
+			mustRun(t, h, base, api.CodeRequest{ContextID: c.ID, Code: "print(1)"})
+			run := runCode(t, h, base, api.CodeRequest{ContextID: c.ID, Code: "x = bytearray(900 << 20)\nx[::4096] = b'a' * len(x[::4096])\nprint('survived')"})
+			if strings.Contains(run.Stdout, "survived") {
+				t.Fatalf("900 MiB allocated in a 512 MiB sandbox: %+v", run)
+			}
+			var got api.Sandbox
+			h.do("GET", base, h.a, nil, http.StatusOK, &got)
+			if got.State != "running" {
+				t.Fatalf("sandbox %s (%s) after a kernel's memory hog", got.State, got.Reason)
+			}
+			// The killed kernel's memory is freed as the kernel reclaims
+			// it: a new context may be refused (429) for a moment.
+			var fresh api.Context
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(time.Second) {
+				c, status, e := createContext(t, h, base, api.CreateContextRequest{Language: "python"})
+				if c.ID != "" {
+					fresh = c
+					break
+				}
+				if status != http.StatusTooManyRequests || time.Now().After(deadline) {
+					t.Fatalf("context after the hog: %d %+v", status, e)
+				}
+			}
+			if r := mustRun(t, h, base, api.CodeRequest{ContextID: fresh.ID, Code: "print(6*7)"}); strings.TrimSpace(r.Stdout) != "42" {
+				t.Errorf("fresh context after the hog: %q", r.Stdout)
 			}
 		})
 	}

@@ -237,11 +237,17 @@ except OSError as e:
 	return outcome
 }
 
+// bombTimeout bounds a fork bomb's command. Under gVisor at the default
+// pids limit the agent shares the sandbox's CPU with ~500 busy tasks until
+// its guard kills them: about 70 s on a quiet host, over 120 s while the
+// rest of the suite runs beside it.
+const bombTimeout = 300_000
+
 // bashForkBomb runs the classic `:(){ :|:& };:` as a command. Its first
 // shell returns at once; the agent keeps the command open while its group
 // grows, kills the whole tree when the pids limit is reached and says so.
 func bashForkBomb(t *testing.T, b *sandboxtest.Box) string {
-	return bomb(t, b, wire.ExecParams{Cmd: ":(){ :|:& };:", TimeoutMs: 120_000})
+	return bomb(t, b, wire.ExecParams{Cmd: ":(){ :|:& };:", TimeoutMs: bombTimeout})
 }
 
 // cForkBomb compiles and runs `for(;;)fork();` (the code-interpreter
@@ -250,7 +256,7 @@ func cForkBomb(t *testing.T, b *sandboxtest.Box) string {
 	if r := b.Sh("printf '#include <unistd.h>\nint main(void){for(;;)fork();}\n' > /tmp/bomb.c && gcc -O2 -o /tmp/bomb /tmp/bomb.c 2>&1"); r.Exit.Code != 0 {
 		t.Fatalf("compiling the C fork bomb: %q %+v", r.Stdout, r.Exit)
 	}
-	return bomb(t, b, wire.ExecParams{Args: []string{"/tmp/bomb"}, TimeoutMs: 120_000})
+	return bomb(t, b, wire.ExecParams{Args: []string{"/tmp/bomb"}, TimeoutMs: bombTimeout})
 }
 
 // bomb runs a fork bomb that never stops by itself and checks the caller

@@ -94,7 +94,8 @@ const backstopHeadroom = 64
 // counts (each reads every process's /proc entry).
 const backstopEvery = 32
 
-// guard is the userspace resource guard. While any process runs it polls
+// guard is the userspace resource guard. While any process or spawned
+// helper runs it polls
 // every interval and SIGKILLs the offending tree:
 //   - the pids limit hit (see pidsCounter.hit: a fork refused by the
 //     kernel's pids cgroup, or, inside gVisor, the processes holding all
@@ -102,7 +103,8 @@ const backstopEvery = 32
 //     pids_limit (checkPids);
 //   - for gVisor, where the host's cgroup can only kill the whole sandbox:
 //     memory above the limit minus a margin: the tree with the largest RSS
-//     among processes started through the API, marked out_of_memory; and
+//     among processes started through the API (marked out_of_memory) and
+//     helpers the table spawned (code kernels, which end); and
 //     more tasks in the whole sandbox than the limit plus headroom, counted
 //     every backstopEvery ticks (root may move its processes out of the
 //     user cgroup).
@@ -117,7 +119,7 @@ func (t *Table) guard(interval time.Duration) {
 		case <-t.busy:
 		}
 		tick := time.NewTicker(interval)
-		for n := 0; t.runningCount() > 0; n++ {
+		for n := 0; t.runningCount() > 0 || t.spawnedCount() > 0; n++ {
 			select {
 			case <-t.stop:
 				tick.Stop()
@@ -137,9 +139,17 @@ func (t *Table) guard(interval time.Duration) {
 				}
 			}
 			if used, err := o.MemoryUsage(); victim == nil && memory && err == nil && used > threshold {
-				if victim = t.largest(); victim != nil {
+				p, root := t.largest()
+				switch {
+				case p != nil:
+					victim = p
 					t.log.Warn("memory limit reached: killing the largest process", "pid", victim.pid, "usage", used, "limit", o.MemoryLimit)
 					cause = oomReason(o.MemoryLimit)
+				case root > 0:
+					// A code kernel: its context ends with it.
+					t.log.Warn("memory limit reached: killing the largest helper", "pid", root, "usage", used, "limit", o.MemoryLimit)
+					killTree(root)
+					t.settleSpawned(root)
 				}
 			}
 			if victim == nil {
@@ -149,6 +159,21 @@ func (t *Table) guard(interval time.Duration) {
 			t.settle(victim)
 		}
 		tick.Stop()
+	}
+}
+
+// settleSpawned waits, up to a second, until the killed helper root has
+// been reaped, so its memory is freed before the next check.
+func (t *Table) settleSpawned(root int) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		t.mu.Lock()
+		alive := t.spawned[root]
+		t.mu.Unlock()
+		if !alive {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -277,15 +302,26 @@ func oomReason(limit int64) exitCause {
 		"out of memory: the sandbox's memory limit is %d MiB", limit>>20)}
 }
 
-// largest returns the running process whose tree has the largest RSS.
-func (t *Table) largest() *Process {
+// largest returns the tree with the largest RSS: a running process's (p),
+// or a spawned helper's (root).
+func (t *Table) largest() (p *Process, root int) {
 	procs := scanProcs()
-	var best *Process
 	var bestRSS int64 = -1
-	for _, p := range t.runningProcesses() {
-		if rss := treeRSS(procs, p.pid); rss > bestRSS {
-			best, bestRSS = p, rss
+	for _, rp := range t.runningProcesses() {
+		if rss := treeRSS(procs, rp.pid); rss > bestRSS {
+			p, bestRSS = rp, rss
 		}
 	}
-	return best
+	t.mu.Lock()
+	spawned := make([]int, 0, len(t.spawned))
+	for pid := range t.spawned {
+		spawned = append(spawned, pid)
+	}
+	t.mu.Unlock()
+	for _, pid := range spawned {
+		if rss := treeRSS(procs, pid); rss > bestRSS {
+			p, root, bestRSS = nil, pid, rss
+		}
+	}
+	return p, root
 }

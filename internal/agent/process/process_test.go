@@ -4,8 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,5 +168,61 @@ func TestParseSignal(t *testing.T) {
 	}
 	if parseSignal("NOPE") != 0 || parseSignal("") != 0 {
 		t.Error("unknown signals must parse as 0")
+	}
+}
+
+// Under gVisor the guard also weighs the helpers the table spawned (code
+// kernels): a kernel holding the most memory as the sandbox runs out is
+// killed, not the sandbox, and processes started through the API live on.
+func TestOOMGuardKillsSpawnedHelper(t *testing.T) {
+	var usage atomic.Int64
+	const limit = 256 << 20
+	tbl := newTable(t, Options{
+		MemoryLimit: limit,
+		OOMGuard:    true,
+		OOMInterval: 5 * time.Millisecond,
+		MemoryUsage: func() (int64, error) { return usage.Swap(0), nil },
+		OOMKills:    func() (int64, bool) { return 0, false },
+	})
+	small, smallSub, err := tbl.Start(Spec{Args: []string{"sleep", "100"}, User: self()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smallSub.Close()
+	ready := filepath.Join(t.TempDir(), "ready")
+	exited := make(chan syscall.WaitStatus, 1)
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `x=$(head -c 40000000 /dev/zero | tr '\0' a); touch ` + ready + `; sleep 100`
+	pid, err := tbl.Spawn(sh, []string{"sh", "-c", script}, &syscall.ProcAttr{Sys: &syscall.SysProcAttr{Setpgid: true}},
+		func(ws syscall.WaitStatus) { exited <- ws })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("helper never allocated")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	usage.Store(limit - oomMargin(limit) + 1)
+	select {
+	case ws := <-exited:
+		if ws.Signal() != syscall.SIGKILL {
+			t.Errorf("helper ended with %v, want SIGKILL", ws)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the guard left the helper holding the most memory")
+	}
+	select {
+	case <-small.Done():
+		t.Error("the small process was killed too")
+	case <-time.After(100 * time.Millisecond):
 	}
 }

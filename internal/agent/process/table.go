@@ -280,6 +280,11 @@ func (t *Table) add(p *Process) {
 	t.mu.Lock()
 	t.running[p.pid] = p
 	t.mu.Unlock()
+	t.wakeGuard()
+}
+
+// wakeGuard starts the guard's polling (a process or helper started).
+func (t *Table) wakeGuard() {
 	select {
 	case t.busy <- struct{}{}:
 	default:
