@@ -68,17 +68,22 @@ func waitOutput(t *testing.T, sub *Subscription, s string) {
 
 // The guard kills the tree with the largest RSS, marks it out_of_memory
 // and leaves the others alone.
-func TestOOMGuard(t *testing.T) {
-	var usage atomic.Int64
-	const limit = 256 << 20
-	tbl := newTable(t, Options{
+// guardTable is a table whose guard sees the memory use stored in usage,
+// once: the victim's memory is then "freed".
+func guardTable(t *testing.T, usage *atomic.Int64, limit int64) *Table {
+	return newTable(t, Options{
 		MemoryLimit: limit,
 		OOMGuard:    true,
 		OOMInterval: 5 * time.Millisecond,
-		// Over the limit once: the victim's memory is then "freed".
 		MemoryUsage: func() (int64, error) { return usage.Swap(0), nil },
 		OOMKills:    func() (int64, bool) { return 0, false },
 	})
+}
+
+func TestOOMGuard(t *testing.T) {
+	var usage atomic.Int64
+	const limit = 256 << 20
+	tbl := guardTable(t, &usage, limit)
 	small, smallSub, err := tbl.Start(Spec{Args: []string{"sleep", "100"}, User: self()})
 	if err != nil {
 		t.Fatal(err)
@@ -177,13 +182,7 @@ func TestParseSignal(t *testing.T) {
 func TestOOMGuardKillsSpawnedHelper(t *testing.T) {
 	var usage atomic.Int64
 	const limit = 256 << 20
-	tbl := newTable(t, Options{
-		MemoryLimit: limit,
-		OOMGuard:    true,
-		OOMInterval: 5 * time.Millisecond,
-		MemoryUsage: func() (int64, error) { return usage.Swap(0), nil },
-		OOMKills:    func() (int64, bool) { return 0, false },
-	})
+	tbl := guardTable(t, &usage, limit)
 	small, smallSub, err := tbl.Start(Spec{Args: []string{"sleep", "100"}, User: self()})
 	if err != nil {
 		t.Fatal(err)
