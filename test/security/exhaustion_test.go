@@ -61,7 +61,9 @@ func TestExhaustion(t *testing.T) {
 	sandboxtest.ForEachRuntime(t, func(t *testing.T, rt string) {
 		cfg := sandboxtest.Config(t, agentPath)
 		m := sandboxtest.NewManager(t, cfg)
-		neighbour := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt})
+		// The attacks together outlast the default timeout (5 min): the
+		// reaper would expire the neighbour ("channel session closed").
+		neighbour := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Timeout: time.Hour})
 		base := measure(neighbour, func() {
 			for range 10 {
 				neighbour.Exec(wire.ExecParams{Args: []string{"true"}})
@@ -71,7 +73,7 @@ func TestExhaustion(t *testing.T) {
 			fmt.Sprintf("%-14s | %-58s | %s | %s | %s", "(baseline)", "", base.rtt(), ms(base.lag), mib(base.memDrop))}
 		for _, a := range exhaustions() {
 			ok := t.Run(a.name, func(t *testing.T) {
-				b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Limits: a.limits, Template: a.template})
+				b := sandboxtest.Create(t, m, sandbox.CreateOptions{Runtime: rt, Limits: a.limits, Template: a.template, Timeout: time.Hour})
 				var outcome string
 				p := measure(neighbour, func() { outcome = a.run(t, b) })
 				if t.Failed() {
