@@ -76,6 +76,7 @@ type Contexts struct {
 
 	amu      sync.Mutex // serialises admissions (see admit)
 	starting int64      // bytes reserved for kernels being started
+	freed    time.Time  // when a context was last deleted (see admit)
 }
 
 // entry is one context.
@@ -176,7 +177,7 @@ func (c *Contexts) newEntry(language string, o Options) (*entry, error) {
 // start admits and starts e's kernel; the caller calls release once the
 // kernel is where admission counts it (e.k), or is given up.
 func (c *Contexts) start(ctx context.Context, e *entry) (_ Kernel, release func(), _ error) {
-	release, err := c.admit(e.info.Language)
+	release, err := c.admit(ctx, e.info.Language)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -278,6 +279,9 @@ func (c *Contexts) Delete(id string) error {
 	}
 	c.mu.Unlock()
 	e.close()
+	c.amu.Lock()
+	c.freed = time.Now()
+	c.amu.Unlock()
 	return nil
 }
 

@@ -3,10 +3,12 @@ package kernel
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 )
@@ -89,18 +91,59 @@ type PIDer interface {
 // admit reserves memory for a kernel of language about to start, or says
 // why it does not fit; release gives the reservation back once the
 // kernel is registered (or failed). Callers hold no lock.
-func (c *Contexts) admit(language string) (release func(), err error) {
+//
+// A deleted kernel's memory shows up free a moment after its process is
+// gone (gVisor returns pages to its usage accounting asynchronously), so
+// within a few seconds of a delete a kernel that does not fit waits for the use
+// to fall before it is refused: deleting a context and creating another
+// works at once.
+func (c *Contexts) admit(ctx context.Context, language string) (release func(), err error) {
 	m := c.cfg.Memory
 	if !m.enabled() {
 		return func() {}, nil
 	}
 	need := m.estimate(language)
+	for {
+		refused, settling := c.reserve(language, need)
+		if refused == nil {
+			return func() {
+				c.amu.Lock()
+				c.starting -= need
+				c.amu.Unlock()
+			}, nil
+		}
+		if settling <= 0 {
+			return nil, refused
+		}
+		t := time.NewTimer(min(settling, settlePoll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, refused
+		case <-t.C:
+		}
+	}
+}
+
+// settle is how long after a delete admission waits for the freed
+// memory to show; settlePoll how often it looks meanwhile.
+const (
+	settle     = 5 * time.Second
+	settlePoll = 100 * time.Millisecond
+)
+
+// reserve reserves need bytes for a kernel of language if they fit (nil),
+// or returns the refusal and how much longer a recent delete may still
+// free memory.
+func (c *Contexts) reserve(language string, need int64) (refused error, settling time.Duration) {
+	m := c.cfg.Memory
 	c.amu.Lock()
 	defer c.amu.Unlock()
 	used, err := m.Usage()
 	if err != nil {
 		c.log.Warn("reading memory use; starting the kernel unchecked", "err", err)
-		return func() {}, nil
+		c.starting += need
+		return nil, 0
 	}
 	held := c.starting
 	for _, k := range c.running() {
@@ -113,21 +156,20 @@ func (c *Contexts) admit(language string) (release func(), err error) {
 		}
 	}
 	headroom := cmp.Or(m.Headroom, DefaultHeadroom(m.Limit))
-	if used+held+need > m.Limit-headroom {
+	if used+held+need <= m.Limit-headroom {
+		c.starting += need
+		return nil, 0
+	}
+	settling = settle - time.Since(c.freed)
+	if settling <= 0 {
 		c.log.Warn("refusing a kernel: not enough memory", "language", language, "used", used, "held", held,
 			"need", need, "limit", m.Limit, "headroom", headroom)
-		return nil, &api.Error{Code: api.CodeResourceExhausted, Message: fmt.Sprintf(
-			"not enough memory for another %s context: the sandbox's limit is %d MiB, %d MiB are in use or held for "+
-				"starting kernels, a %s kernel needs about %d MiB and %d MiB are kept free for running code; "+
-				"delete a context or use a sandbox with more memory",
-			language, m.Limit>>20, (used+held)>>20, language, need>>20, headroom>>20)}
 	}
-	c.starting += need
-	return func() {
-		c.amu.Lock()
-		c.starting -= need
-		c.amu.Unlock()
-	}, nil
+	return &api.Error{Code: api.CodeResourceExhausted, Message: fmt.Sprintf(
+		"not enough memory for another %s context: the sandbox's limit is %d MiB, %d MiB are in use or held for "+
+			"starting kernels, a %s kernel needs about %d MiB and %d MiB are kept free for running code; "+
+			"delete a context or use a sandbox with more memory",
+		language, m.Limit>>20, (used+held)>>20, language, need>>20, headroom>>20)}, settling
 }
 
 type runningKernel struct {

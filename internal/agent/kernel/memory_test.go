@@ -17,7 +17,8 @@ import (
 // memory limit less the headroom, counting kernels being started too:
 // of two concurrent creates with room for one, one is refused with
 // resource_exhausted, and the admitted context keeps working. Deleting a
-// context makes room again.
+// context makes room again, even while the sandbox's memory use still
+// counts the deleted kernel for a moment (as gVisor's does).
 func TestMemoryAdmission(t *testing.T) {
 	_, o := newContexts(t) // skips without ipykernel
 	const (
@@ -28,11 +29,19 @@ func TestMemoryAdmission(t *testing.T) {
 	)
 	var mu sync.Mutex
 	var pids []int
+	var deleted time.Time // the deleted kernel's memory shows free a second later
 	c := kernel.NewContexts(kernel.Config{
 		Factories: map[string]kernel.Factory{"python": jupyter.NewPython("/usr/bin/python3")},
 		Memory: kernel.Memory{
 			Limit: used + python + python/2 + headroom, Headroom: headroom,
-			Usage:     func() (int64, error) { return used, nil },
+			Usage: func() (int64, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !deleted.IsZero() && time.Since(deleted) < time.Second {
+					return used + python, nil
+				}
+				return used, nil
+			},
 			Estimates: map[string]int64{"python": python},
 			// The kernels report no RSS of their own: each counts at its
 			// estimate.
@@ -85,6 +94,9 @@ func TestMemoryAdmission(t *testing.T) {
 	if out, _, err := execute(t, c, ok.ID, "print(6*7)", 0); err != nil || out != "42\n" {
 		t.Fatalf("admitted context: %q, %v", out, err)
 	}
+	mu.Lock()
+	deleted = time.Now()
+	mu.Unlock()
 	if err := c.Delete(ok.ID); err != nil {
 		t.Fatal(err)
 	}
