@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 )
 
 // want is what a path must look like in the merged view (-1: unchecked).
@@ -290,9 +291,8 @@ func TestAddCompressed(t *testing.T) {
 	archive := tarOf(t, false, []fsEntry{{path: "z.txt", content: "zz"}})
 	for _, tool := range []string{"bzip2", "xz"} {
 		t.Run(tool, func(t *testing.T) {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Skipf("no %s on this host to make the archive", tool)
-			}
+			_, err := exec.LookPath(tool)
+			ocitest.Require(t, err == nil, "no "+tool+" on this host to make the archive")
 			out := tempDir(t)
 			ctx := tarOf(t, false, []fsEntry{{path: "a." + tool, content: string(compressWith(t, tool, archive))}})
 			step := api.TemplateStep{Type: "ADD", Args: []string{"a." + tool, "/x/"}}
@@ -306,7 +306,7 @@ func TestAddCompressed(t *testing.T) {
 				return
 			}
 			t.Setenv("PATH", t.TempDir())
-			err := Copy(context.Background(), tempDir(t), CopyParams{Step: step, Files: bytes.NewReader(ctx)})
+			err = Copy(context.Background(), tempDir(t), CopyParams{Step: step, Files: bytes.NewReader(ctx)})
 			if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "xz tool") {
 				t.Fatalf("ADD .xz without xz: %v", err)
 			}
