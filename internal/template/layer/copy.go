@@ -88,6 +88,12 @@ func Copy(ctx context.Context, dir string, p CopyParams) error {
 	}
 	defer root.Close()
 	c.layer = &tree{root: root, parent: c.layerParent, xattr: untrustedXattr, noDevices: true, log: p.Log}
+	// The view with the new layer on top, for ADD: an archive's entries
+	// resolve their directories through what it unpacked before them.
+	if c.top, err = openView(append([]string{dir}, p.Lower...)); err != nil {
+		return err
+	}
+	defer c.top.Close()
 	stage, err := c.makeStage(root)
 	if err != nil {
 		return err
@@ -175,7 +181,8 @@ func parseCopy(s api.TemplateStep) (copyOp, error) {
 // with renames.
 type copier struct {
 	op        copyOp
-	v         *view
+	v         *view // the layers below
+	top       *view // the new layer over them
 	uid, gid  int
 	layer     *tree
 	stage     *tree
@@ -461,16 +468,18 @@ func (c *copier) move(src, dst string) error {
 		return err
 	}
 	defer dd.Close()
-	if st, err := lstatAt(dd, dname); err == nil {
+	st, err := lstatAt(dd, dname)
+	if errors.Is(err, unix.ENOENT) && sh.Typeflag == tar.TypeDir {
+		// A directory onto a symlink below that leads to a directory
+		// (/bin -> usr/bin) goes into that directory, as in Docker.
+		if real, ok := c.symlinkedDir(c.v, dst); ok {
+			return c.mergeInto(src, real)
+		}
+	}
+	if err == nil {
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR && sh.Typeflag == tar.TypeDir {
-			names, err := c.stageNames(src)
-			if err != nil {
+			if err := c.mergeInto(src, dst); err != nil {
 				return err
-			}
-			for _, n := range names {
-				if err := c.move(path.Join(src, n), path.Join(dst, n)); err != nil {
-					return err
-				}
 			}
 			return c.layer.put(sh, nil) // the later source's attributes win
 		}
@@ -493,6 +502,50 @@ func (c *copier) move(src, dst string) error {
 	return nil
 }
 
+// mergeInto moves the contents of the staged directory src into the
+// directory dst.
+func (c *copier) mergeInto(src, dst string) error {
+	if err := c.layer.mkdirs(dst); err != nil {
+		return err
+	}
+	names, err := c.stageNames(src)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := c.move(path.Join(src, n), path.Join(dst, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// symlinkedDir reports the directory that rel, a symlink in v, leads to.
+func (c *copier) symlinkedDir(v *view, rel string) (string, bool) {
+	n, err := v.lookup("/"+rel, true)
+	if err != nil || !n.isDir() || n.real == "/"+rel {
+		return "", false
+	}
+	if n.real == "/" {
+		return ".", true
+	}
+	return n.real[1:], true
+}
+
+// resolveParent rewrites rel so that its directory is the one the view of
+// the new layer over the layers below resolves it to (an entry bin/x of an
+// archive lands in usr/bin/x when bin -> usr/bin).
+func (c *copier) resolveParent(rel string) string {
+	dir, name := splitRel(rel)
+	if dir == "" || name == "" {
+		return rel
+	}
+	if real, ok := c.symlinkedDir(c.top, dir); ok {
+		return path.Join(real, name)
+	}
+	return rel
+}
+
 // unpack extracts the staged archive src into the directory destRel.
 func (c *copier) unpack(ctx context.Context, src, destRel string) error {
 	f, err := openBeneath(c.stage.root, src, unix.O_RDONLY)
@@ -505,9 +558,9 @@ func (c *copier) unpack(ctx context.Context, src, destRel string) error {
 		return fmt.Errorf("ADD %s: %w", errdefs.Clip(src), err)
 	}
 	err = untar(ctx, c.layer, r, func(h *tar.Header) bool {
-		h.Name = path.Join(destRel, h.Name)
+		h.Name = c.resolveParent(path.Join(destRel, h.Name))
 		if h.Typeflag == tar.TypeLink {
-			h.Linkname = path.Join(destRel, h.Linkname)
+			h.Linkname = c.resolveParent(path.Join(destRel, h.Linkname))
 		}
 		if c.op.owner != "" {
 			h.Uid, h.Gid = c.uid, c.gid

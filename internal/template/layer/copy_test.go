@@ -35,6 +35,9 @@ var etcIDs = []fsEntry{
 	{path: "home/user", kind: "dir", uid: 1000, gid: 1000},
 }
 
+// mergedUsr is Debian's merged /usr: /bin is a symlink to usr/bin.
+var mergedUsr = []fsEntry{{path: "usr/bin/ls", content: "ls", mode: 0o755}, {path: "bin", kind: "symlink", content: "usr/bin"}}
+
 func TestCopy(t *testing.T) {
 	requireRoot(t)
 	archive := tarOf(t, false, []fsEntry{{path: "a/", kind: "dir"}, {path: "a/b.txt", content: "in tar", uid: 7, gid: 8}})
@@ -160,6 +163,20 @@ func TestCopy(t *testing.T) {
 		context: []fsEntry{{path: "pwned-by-copy-test", content: "A"}},
 		step:    api.TemplateStep{Type: "COPY", Args: []string{"pwned-by-copy-test", "/conf/"}},
 		want:    map[string]want{"/etc/pwned-by-copy-test": file("A", -1, 0, 0)},
+	}, {
+		name:    "a directory onto a symlinked directory below goes through it (merged /usr)",
+		lower:   [][]fsEntry{mergedUsr},
+		context: []fsEntry{{path: "rootfs/bin/foo", content: "F"}, {path: "rootfs/etc/foo.conf", content: "C"}},
+		step:    api.TemplateStep{Type: "COPY", Args: []string{"rootfs/", "/"}},
+		want: map[string]want{"/bin": {kind: "symlink", content: "usr/bin", mode: -1, uid: -1, gid: -1},
+			"/usr/bin/foo": file("F", -1, 0, 0), "/usr/bin/ls": file("ls", -1, -1, -1), "/etc/foo.conf": file("C", -1, 0, 0)},
+	}, {
+		name:    "ADD unpacks through a symlinked directory below",
+		lower:   [][]fsEntry{mergedUsr},
+		context: []fsEntry{{path: "t.tar", content: string(tarOf(t, false, []fsEntry{{path: "bin/bar", content: "B"}, {path: "opt/x/y", content: "Y"}}))}},
+		step:    api.TemplateStep{Type: "ADD", Args: []string{"t.tar", "/"}},
+		want: map[string]want{"/bin": {kind: "symlink", content: "usr/bin", mode: -1, uid: -1, gid: -1},
+			"/usr/bin/bar": file("B", -1, 0, 0), "/usr/bin/ls": file("ls", -1, -1, -1), "/opt/x/y": file("Y", -1, 0, 0)},
 	}, {
 		name:    "destination is a file where a directory is needed",
 		lower:   [][]fsEntry{{{path: "f", content: "x"}}},

@@ -126,9 +126,20 @@ type Pending struct {
 
 // Create starts a new layer in the store's tmp dir.
 func (s *Store) Create() (*Pending, error) {
+	var err error
+	for range 3 { // a GC may clean the dir between its making and its lock
+		var p *Pending
+		if p, err = s.create(); err == nil {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("creating layer: %w", err)
+}
+
+func (s *Store) create() (*Pending, error) {
 	dir, err := os.MkdirTemp(s.path(tmpDir), "new-")
 	if err != nil {
-		return nil, fmt.Errorf("creating layer: %w", err)
+		return nil, err
 	}
 	f, err := os.Open(dir)
 	if err == nil {
@@ -137,13 +148,14 @@ func (s *Store) Create() (*Pending, error) {
 		}
 	}
 	if err == nil {
+		// Fails if a GC removed dir before the lock was taken.
 		if err = os.Mkdir(filepath.Join(dir, rootName), 0o755); err != nil {
 			f.Close()
 		}
 	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("creating layer: %w", err)
+		return nil, err
 	}
 	return &Pending{s: s, dir: dir, lock: f}, nil
 }
