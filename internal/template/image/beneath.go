@@ -7,11 +7,13 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
 // errThrough marks an entry whose path goes through a symlink or a
 // non-directory inside the layer: it is refused, never followed.
-var errThrough = errors.New("its path goes through a symlink or a file")
+var errThrough = fmt.Errorf("its path goes through a symlink or a file: %w", errdefs.ErrInvalidArgument)
 
 // beneath resolves paths inside one directory with openat2: no symlinks,
 // no "..", no crossing mounts, so the kernel keeps every lookup inside it

@@ -92,7 +92,7 @@ func (p puller) explain(err error) error {
 	ref := errdefs.Clip(p.ref)
 	if cerr := p.ctx.Err(); cerr != nil {
 		if errors.Is(cerr, context.DeadlineExceeded) {
-			return fmt.Errorf("pulling %s: %w", ref, errdefs.ErrDeadlineExceeded)
+			return fmt.Errorf("pulling %s: registry %s did not answer in time: %w", ref, p.host, errdefs.ErrDeadlineExceeded)
 		}
 		return fmt.Errorf("pulling %s: %w", ref, cerr)
 	}
