@@ -326,7 +326,14 @@ func (u *unpacker) xattrs(h *tar.Header, set func(string, []byte) error) error {
 			u.log.Warn("layer: overlayfs xattr left out", "entry", errdefs.Clip(h.Name), "xattr", errdefs.Clip(k))
 			continue
 		}
-		if err := set(k, []byte(h.PAXRecords[xattrPAXPrefix+k])); err != nil {
+		err := set(k, []byte(h.PAXRecords[xattrPAXPrefix+k]))
+		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
+			// A namespace this filesystem or file type does not take
+			// (user.* on a symlink): the file is still what it was.
+			u.log.Warn("layer: xattr left out", "entry", errdefs.Clip(h.Name), "xattr", errdefs.Clip(k), "err", err)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("xattr %q: %w", errdefs.Clip(k), err)
 		}
 	}

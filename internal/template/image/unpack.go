@@ -120,11 +120,13 @@ func (l Layer) entryError(ctx context.Context, cr *countingReader, err error) er
 	case errors.Is(err, errdefs.ErrInvalidArgument):
 		return fmt.Errorf("layer %s of image %s: %w", l.Key, errdefs.Clip(l.image), err)
 	case errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT):
-		return fmt.Errorf("unpacking layer %s: %w: %w", l.Key, sysErr(err), errdefs.ErrResourceExhausted)
+		return fmt.Errorf("unpacking layer %s: %w: %w", l.Key, err, errdefs.ErrResourceExhausted)
 	case errors.Is(err, tar.ErrHeader) || errors.Is(err, tar.ErrFieldTooLong) || errors.Is(err, io.ErrUnexpectedEOF):
 		return fmt.Errorf("layer %s of image %s is not a valid tar: %w", l.Key, errdefs.Clip(l.image), errdefs.ErrInvalidArgument)
 	}
-	return fmt.Errorf("unpacking layer %s: %w", l.Key, sysErr(err))
+	// Entry errors name paths inside the layer only (the calls are
+	// relative to the layer's directory), never the host's.
+	return fmt.Errorf("unpacking layer %s: %w", l.Key, err)
 }
 
 // readError classifies a failure to read the layer's stream: a network

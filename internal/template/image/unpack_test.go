@@ -28,7 +28,7 @@ var (
 		{name: "bin/", typ: '5'},
 		{name: "bin/tool", body: "#!/bin/sh\necho tool\n", mode: 0o4755},
 		{name: "bin/tool-again", typ: '1', link: "bin/tool"},
-		{name: "bin/sh-link", typ: '2', link: "/bin/tool"},
+		{name: "bin/sh-link", typ: '2', link: "/bin/tool", xattrs: map[string]string{"user.x": "1"}}, // not on a symlink: left out
 		{name: "home/", typ: '5'},
 		{name: "home/user/", typ: '5', mode: 0o750, uid: 1000, gid: 1000},
 		{name: "home/user/notes", body: "hi", uid: 1000, gid: 1000, xattrs: map[string]string{"user.note": "yes"}},
