@@ -177,9 +177,6 @@ func (c *compiler) instruction(n *parser.Node) error {
 		return lineError(line, "ONBUILD is not supported")
 	}
 	if why, ok := ignored[name]; ok {
-		if err := noFlags(n); err != nil {
-			return err
-		}
 		c.warn(line, fmt.Sprintf("%s is ignored (%s)", strings.ToUpper(name), why))
 		return nil
 	}
@@ -562,15 +559,18 @@ func (c *compiler) copy(n *parser.Node, name string) error {
 	if err != nil {
 		return err
 	}
-	if dest == "" {
+	switch dest {
+	case "":
 		return lineError(line, instr+" needs a destination")
+	case ".":
+		dest = "./" // the working directory, a directory
 	}
 	srcs := w[:len(w)-1]
 	if len(srcs) > 1 && !strings.HasSuffix(dest, "/") {
 		return lineError(line, fmt.Sprintf("%s with several sources needs a destination directory ending in /, not %q", instr, errdefs.Clip(dest)))
 	}
 	if !path.IsAbs(dest) && c.workdir != "" {
-		dir := strings.HasSuffix(dest, "/") || dest == "." || strings.HasSuffix(dest, "/.")
+		dir := strings.HasSuffix(dest, "/") || strings.HasSuffix(dest, "/.")
 		dest = path.Join(c.workdir, dest)
 		if dir && dest != "/" {
 			dest += "/"

@@ -209,6 +209,7 @@ WORKDIR /app
 COPY ["with space.txt", "."]
 ADD ./archive.tar.gz /../abs/../../x/ dest/
 COPY /etc/hosts conf/
+COPY package.json yarn.lock .
 `,
 			want: api.TemplateSpec{
 				From: api.TemplateBase{Template: "base"},
@@ -221,6 +222,8 @@ COPY /etc/hosts conf/
 					step(api.StepAdd, 7, "archive.tar.gz", "/app/dest/", "", ""),
 					step(api.StepAdd, 7, "x", "/app/dest/", "", ""),
 					cp(8, "etc/hosts", "/app/conf/", "", ""),
+					cp(9, "package.json", "/app/", "", ""),
+					cp(9, "yarn.lock", "/app/", "", ""),
 				},
 			},
 		},
@@ -234,6 +237,14 @@ COPY /etc/hosts conf/
 					cp(3, "a", "/a", "0:0", ""),
 					cp(4, "b", "/b", "1000", ""),
 				},
+			},
+		},
+		{
+			name:       "COPY to . with no WORKDIR: a relative directory the engine resolves",
+			dockerfile: "FROM base\nCOPY a b .\n",
+			want: api.TemplateSpec{
+				From:  api.TemplateBase{Template: "base"},
+				Steps: []api.TemplateStep{cp(2, "a", "./", "", ""), cp(2, "b", "./", "", "")},
 			},
 		},
 		{
@@ -276,7 +287,7 @@ COPY /etc/hosts conf/
 EXPOSE 8080
 VOLUME /data
 LABEL a=b
-HEALTHCHECK CMD curl -f localhost
+HEALTHCHECK --interval=5s CMD curl -f localhost
 STOPSIGNAL SIGTERM
 MAINTAINER someone
 `,
