@@ -72,7 +72,7 @@ func Compile(dockerfile []byte, opts Options) (*api.TemplateSpec, []string, erro
 		if w.Location != nil {
 			line = w.Location.Start.Line
 		}
-		c.warn(line, w.Short)
+		c.warn(line, errdefs.Clip(w.Short))
 	}
 	for _, n := range res.AST.Children {
 		if err := c.instruction(n); err != nil {
