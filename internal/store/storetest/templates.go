@@ -242,3 +242,55 @@ func testBuildsIn(t *testing.T, s store.Backend) {
 		}
 	}
 }
+
+// durableBuilds are what PutTemplateRecords writes: a ready build with
+// every field set, and one interrupted mid-build.
+func durableBuilds() []template.BuildRecord {
+	ready := build("bld_durable_ready", "key_durable", "app", base)
+	building := build("bld_durable_building", "key_durable", "app", base.Add(time.Second))
+	building.Status, building.FinishedAt, building.Layers, building.Config = template.BuildBuilding, time.Time{}, nil, template.Config{}
+	return []template.BuildRecord{ready, building}
+}
+
+var durableTag = template.TagRecord{Owner: "key_durable", Name: "app", Tag: template.DefaultTag,
+	BuildID: "bld_durable_ready", Public: true, UpdatedAt: base}
+
+// PutTemplateRecords writes template records for CheckTemplateRecords to
+// find after the store is reopened or its schema upgraded.
+func PutTemplateRecords(t *testing.T, s template.Store) {
+	t.Helper()
+	for _, b := range durableBuilds() {
+		if err := s.PutBuild(ctx(t), b); err != nil {
+			t.Fatalf("PutBuild(%s): %v", b.ID, err)
+		}
+	}
+	if err := s.PutTag(ctx(t), durableTag); err != nil {
+		t.Fatalf("PutTag: %v", err)
+	}
+}
+
+// CheckTemplateRecords fails t unless s holds, field for field, what
+// PutTemplateRecords wrote.
+func CheckTemplateRecords(t *testing.T, s template.Store) {
+	t.Helper()
+	want := durableBuilds()
+	for _, b := range want {
+		got, err := s.GetBuild(ctx(t), b.ID)
+		if err != nil {
+			t.Errorf("GetBuild(%s): %v", b.ID, err)
+			continue
+		}
+		if diff := cmp.Diff(storedBuild(b), got); diff != "" {
+			t.Errorf("build %s (-want +got):\n%s", b.ID, diff)
+		}
+	}
+	if got, err := s.BuildsIn(ctx(t), template.BuildBuilding); err != nil || !cmp.Equal(buildIDs(got), []string{want[1].ID}) {
+		t.Errorf("BuildsIn(building) = %v, %v; want [%s]", buildIDs(got), err, want[1].ID)
+	}
+	got, err := s.GetTag(ctx(t), durableTag.Owner, durableTag.Name, durableTag.Tag)
+	if err != nil {
+		t.Errorf("GetTag: %v", err)
+	} else if diff := cmp.Diff(storedTag(durableTag), got); diff != "" {
+		t.Errorf("tag (-want +got):\n%s", diff)
+	}
+}
