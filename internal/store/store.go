@@ -17,13 +17,15 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/store/postgres"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// Backend stores everything kiln serve must not forget: sandbox records
-// and API keys.
+// Backend stores everything kiln serve must not forget: sandbox records,
+// API keys and the records of custom templates.
 type Backend interface {
 	sandbox.Store
 	apikey.Store
+	template.Store
 	Close() error
 }
 

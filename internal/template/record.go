@@ -70,29 +70,31 @@ const DefaultTag = "default"
 // Store keeps template records. Two implementations (internal/store/sqlite
 // and internal/store/postgres) pass internal/store/storetest.
 type Store interface {
-	// PutBuild inserts or replaces a build record.
+	// PutBuild inserts or replaces a build record. Spec.From.Registry is
+	// dropped: credentials are never stored.
 	PutBuild(ctx context.Context, b BuildRecord) error
 	// GetBuild returns a build record; errdefs.ErrNotFound if none.
 	GetBuild(ctx context.Context, id string) (BuildRecord, error)
 	// ListBuilds returns owner's builds of the named template ("" owner:
 	// any owner's; "" name: every template's), newest first, at most
-	// limit (0: 100).
+	// limit (0: 100; capped at 1000; negative: errdefs.ErrInvalidArgument).
 	ListBuilds(ctx context.Context, owner, name string, limit int) ([]BuildRecord, error)
-	// BuildsIn returns every build in one of the given states (used at
-	// start-up to fail interrupted builds).
+	// BuildsIn returns every build in one of the given states, oldest
+	// first (used at start-up to fail interrupted builds).
 	BuildsIn(ctx context.Context, states ...string) ([]BuildRecord, error)
 	// DeleteBuild removes a build record; deleting a missing one succeeds.
 	DeleteBuild(ctx context.Context, id string) error
 
-	// PutTag points a tag at a build, replacing what it pointed at.
+	// PutTag points a tag at a build, replacing what it pointed at. Public
+	// is stored as given: the caller copies the template's flag.
 	PutTag(ctx context.Context, t TagRecord) error
 	// GetTag returns owner's tag; errdefs.ErrNotFound if none.
 	GetTag(ctx context.Context, owner, name, tag string) (TagRecord, error)
 	// ListTags returns the tags of owner's templates ("" owner: every
-	// owner's; "" name: every template's), by name then tag.
+	// owner's; "" name: every template's), by name then tag (then owner).
 	ListTags(ctx context.Context, owner, name string) ([]TagRecord, error)
 	// PublicTags returns the tags of public templates named name ("":
-	// all), by owner then tag.
+	// all), by owner then tag (then name).
 	PublicTags(ctx context.Context, name string) ([]TagRecord, error)
 	// DeleteTag removes a tag; errdefs.ErrNotFound if it did not exist.
 	DeleteTag(ctx context.Context, owner, name, tag string) error

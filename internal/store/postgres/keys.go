@@ -63,13 +63,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]apikey.Key, error) {
 // a revoked key keeps the first revocation time.
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2`, at, id)
-	if err != nil {
-		return fmt.Errorf("revoking key %s: %w", id, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("key %s: %w", id, errdefs.ErrNotFound)
-	}
-	return nil
+	return affected(tag, err, "revoking key "+id, "key "+id)
 }
 
 func scanKey(row scanner) (apikey.Key, error) {

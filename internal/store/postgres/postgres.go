@@ -1,7 +1,7 @@
-// Package postgres is Kiln's PostgreSQL store: sandbox records and API
-// keys in a shared database, for deployments that already run PostgreSQL
-// or want several kiln serve hosts on one store. Same semantics as the
-// SQLite store; both pass internal/store/storetest.
+// Package postgres is Kiln's PostgreSQL store: sandbox records, API keys
+// and template records in a shared database, for deployments that already
+// run PostgreSQL or want several kiln serve hosts on one store. Same
+// semantics as the SQLite store; both pass internal/store/storetest.
 package postgres
 
 import (
@@ -34,8 +34,8 @@ var migrations embed.FS
 // migrations when several kiln serve processes start at once.
 const migrationLock = 0x6b696c6e // "kiln"
 
-// Store is a PostgreSQL database holding sandbox records and API keys. It
-// is safe for concurrent use.
+// Store is a PostgreSQL database holding sandbox, API key and template
+// records. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
 }

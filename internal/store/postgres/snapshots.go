@@ -56,27 +56,9 @@ func (s *Store) GetSnapshot(ctx context.Context, owner, name string) (sandbox.Sn
 // ListSnapshots returns owner's snapshots ("" for every owner's), oldest
 // first.
 func (s *Store) ListSnapshots(ctx context.Context, owner string) ([]sandbox.Snapshot, error) {
-	q, args := `SELECT `+snapshotColumns+` FROM snapshots`, []any{}
-	if owner != "" {
-		q, args = q+` WHERE owner = $1`, append(args, owner)
-	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY created_at, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing snapshots: %w", err)
-	}
-	defer rows.Close()
-	var out []sandbox.Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, fmt.Errorf("listing snapshots: %w", err)
-		}
-		out = append(out, sn)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing snapshots: %w", err)
-	}
-	return out, nil
+	w, args := where(eq{"owner", owner})
+	return queryAll(ctx, s.pool, "snapshots", scanSnapshot, `SELECT `+snapshotColumns+` FROM snapshots`+w+`
+		ORDER BY created_at, id`, args...)
 }
 
 // DeleteSnapshot removes a snapshot record; deleting a missing one

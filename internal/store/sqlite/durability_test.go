@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // childEnv makes the test binary, re-executed by TestKillDurability, the
@@ -23,9 +24,9 @@ const childEnv = "KILN_STORE_TEST_DURABILITY_DB"
 
 // TestKillDurability is the promise kiln serve makes: a write that
 // returned is on disk even if the process is SIGKILLed the next instant.
-// A child process writes records and reports each one after PutSandbox
-// or CreateKey returns; it is killed mid-stream, and every reported
-// record must be there when the database is reopened.
+// A child process writes records and reports each one after PutSandbox,
+// CreateKey or PutBuild and PutTag return; it is killed mid-stream, and
+// every reported record must be there when the database is reopened.
 func TestKillDurability(t *testing.T) {
 	if path := os.Getenv(childEnv); path != "" {
 		durabilityChild(path)
@@ -42,7 +43,7 @@ func TestKillDurability(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var sandboxes, keys []string
+	var sandboxes, keys, builds []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() && len(sandboxes) < 300 {
 		kind, val, _ := strings.Cut(sc.Text(), " ")
@@ -51,6 +52,8 @@ func TestKillDurability(t *testing.T) {
 			sandboxes = append(sandboxes, val)
 		case "key":
 			keys = append(keys, val)
+		case "build":
+			builds = append(builds, val)
 		}
 	}
 	// Kill while the child is still writing: it is mid-transaction.
@@ -75,7 +78,19 @@ func TestKillDurability(t *testing.T) {
 			t.Errorf("acknowledged key %s lost: %v", h, err)
 		}
 	}
-	t.Logf("%d sandboxes and %d keys acknowledged before SIGKILL, all present", len(sandboxes), len(keys))
+	for _, id := range builds {
+		if _, err := s.GetBuild(ctx, id); err != nil {
+			t.Errorf("acknowledged template build %s lost: %v", id, err)
+		}
+		if tag, err := s.GetTag(ctx, "key_durable", id, template.DefaultTag); err != nil || tag.BuildID != id {
+			t.Errorf("acknowledged template tag %s lost: %+v, %v", id, tag, err)
+		}
+	}
+	if len(builds) == 0 {
+		t.Error("child acknowledged no template build")
+	}
+	t.Logf("%d sandboxes, %d keys and %d template builds acknowledged before SIGKILL, all present",
+		len(sandboxes), len(keys), len(builds))
 }
 
 // durabilityChild writes until killed (or, orphaned, for a minute at most).
@@ -102,6 +117,19 @@ func durabilityChild(path string) {
 				os.Exit(2)
 			}
 			fmt.Fprintln(os.Stdout, "key", hex.EncodeToString(k.Hash))
+			id := fmt.Sprintf("bld%08d", i)
+			b := template.BuildRecord{ID: id, Template: id, Owner: "key_durable", Status: template.BuildReady,
+				Layers: []string{"sha256:" + id}, Step: -1, CreatedAt: time.Now(), FinishedAt: time.Now()}
+			if err := s.PutBuild(ctx, b); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			tag := template.TagRecord{Owner: "key_durable", Name: id, Tag: template.DefaultTag, BuildID: id, UpdatedAt: time.Now()}
+			if err := s.PutTag(ctx, tag); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			fmt.Fprintln(os.Stdout, "build", id)
 		}
 	}
 	os.Exit(0)

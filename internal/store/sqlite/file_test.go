@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/store/storetest"
 )
 
 func TestReopenKeepsRecords(t *testing.T) {
@@ -34,6 +35,7 @@ func TestReopenKeepsRecords(t *testing.T) {
 	if err := s.PutSandbox(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
+	storetest.PutTemplateRecords(t, s)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +43,7 @@ func TestReopenKeepsRecords(t *testing.T) {
 	if _, err := s.GetSandbox(ctx, sb.ID); err != nil {
 		t.Errorf("after reopen: %v", err)
 	}
+	storetest.CheckTemplateRecords(t, s)
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatalf("database not at %q: %v", path, err)

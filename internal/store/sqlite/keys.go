@@ -66,17 +66,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]apikey.Key, error) {
 func (s *Store) RevokeKey(ctx context.Context, id string, at time.Time) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE api_keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`,
 		micros(at), id)
-	if err != nil {
-		return fmt.Errorf("revoking key %s: %w", id, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return fmt.Errorf("revoking key %s: %w", id, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("key %s: %w", id, errdefs.ErrNotFound)
-	}
-	return nil
+	return affected(res, err, "revoking key "+id, "key "+id)
 }
 
 func scanKey(row scanner) (apikey.Key, error) {

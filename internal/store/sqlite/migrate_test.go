@@ -5,25 +5,33 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/store/storetest"
 )
 
-// TestMigrationRetention upgrades a database at schema 3 holding an ended
-// sandbox with env and metadata, as an older Kiln left it: the upgrade
-// turns it into a tombstone that ended when it was created (so a
-// retention run can delete it), and leaves a live one alone.
-func TestMigrationRetention(t *testing.T) {
+// oldDatabase makes a database as a Kiln at schema version left it: the
+// migrations up to that one applied, and its schema_version. The caller
+// fills it and closes it before opening it with the store.
+func oldDatabase(t *testing.T, version int) (string, *sql.DB) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "old.db")
 	db, err := sql.Open("sqlite", "file:"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	for _, f := range []string{"0001_init.sql", "0002_snapshots.sql", "0003_auto_resume.sql"} {
-		body, err := os.ReadFile(filepath.Join("migrations", f))
+	t.Cleanup(func() { db.Close() })
+	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
+	if err != nil || len(files) <= version {
+		t.Fatalf("migrations: %v, %v; want more than %d", files, err, version)
+	}
+	slices.Sort(files)
+	for _, f := range files[:version] {
+		body, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,6 +39,19 @@ func TestMigrationRetention(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 	}
+	if _, err := db.Exec(`CREATE TABLE schema_version (version INTEGER NOT NULL) STRICT; INSERT INTO schema_version VALUES (?)`,
+		version); err != nil {
+		t.Fatal(err)
+	}
+	return path, db
+}
+
+// TestMigrationRetention upgrades a database at schema 3 holding an ended
+// sandbox with env and metadata, as an older Kiln left it: the upgrade
+// turns it into a tombstone that ended when it was created (so a
+// retention run can delete it), and leaves a live one alone.
+func TestMigrationRetention(t *testing.T) {
+	path, db := oldDatabase(t, 3)
 	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, r := range []struct{ id, state string }{{"oldstopped01", "stopped"}, {"oldrunning01", "running"}} {
 		if _, err := db.Exec(`INSERT INTO sandboxes (id, template, runtime, state, reason, limits, user_name, workdir,
@@ -41,9 +62,6 @@ func TestMigrationRetention(t *testing.T) {
 		if _, err := db.Exec(`INSERT INTO sandbox_metadata (sandbox_id, key, value) VALUES (?, 'k', 'v')`, r.id); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if _, err := db.Exec(`CREATE TABLE schema_version (version INTEGER NOT NULL) STRICT; INSERT INTO schema_version VALUES (3)`); err != nil {
-		t.Fatal(err)
 	}
 	db.Close()
 
@@ -70,4 +88,42 @@ func TestMigrationRetention(t *testing.T) {
 	if n, err := s.DeleteEnded(ctx, time.Now(), 100); err != nil || n != 1 {
 		t.Errorf("DeleteEnded after upgrade = %d, %v; want 1", n, err)
 	}
+}
+
+// TestMigrationTemplates upgrades a database at schema 4, as the Kiln
+// before custom templates left it: its sandboxes and snapshots stay, and
+// template builds and tags can be stored and survive a reopen.
+func TestMigrationTemplates(t *testing.T) {
+	path, db := oldDatabase(t, 4)
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	if _, err := db.Exec(`INSERT INTO sandboxes (id, template, runtime, state, reason, limits, user_name, workdir,
+		env, metadata, owner, node, created_at) VALUES ('oldrunning01', 'base', 'runc', 'running', '', '{}', 'user', '/',
+		'{"E":"1"}', '{}', 'key_a', 'n', ?)`, created.UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO snapshots (id, name, owner, source, template, runtime, limits, user_name, workdir,
+		env, metadata, size_bytes, node, created_at) VALUES ('oldsnap00001', 'before', 'key_a', 'oldrunning01', 'base',
+		'runc', '{}', 'user', '/', '{}', '{}', 42, 'n', ?)`, created.UnixMicro()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := s.GetSandbox(ctx, "oldrunning01"); err != nil || sb.Env["E"] != "1" {
+		t.Errorf("sandbox after upgrade = %+v, %v", sb, err)
+	}
+	if sn, err := s.GetSnapshot(ctx, "key_a", "before"); err != nil || sn.SizeBytes != 42 {
+		t.Errorf("snapshot after upgrade = %+v, %v", sn, err)
+	}
+	storetest.PutTemplateRecords(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, path)
+	storetest.CheckTemplateRecords(t, s)
 }

@@ -1,5 +1,6 @@
-// Package sqlite is Kiln's embedded store: sandbox records and API keys in
-// one SQLite file (pure Go, modernc.org/sqlite), the default backend.
+// Package sqlite is Kiln's embedded store: sandbox records, API keys and
+// template records in one SQLite file (pure Go, modernc.org/sqlite), the
+// default backend.
 //
 // The database runs in WAL mode with synchronous=NORMAL: a commit reaches
 // the operating system before it is acknowledged, so a crash of kiln serve
@@ -42,8 +43,9 @@ var (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// Store is a SQLite database holding sandbox records and API keys. It is
-// safe for concurrent use, also by several processes on one file.
+// Store is a SQLite database holding sandbox, API key and template
+// records. It is safe for concurrent use, also by several processes on one
+// file.
 type Store struct {
 	w *sql.DB // the one writer connection
 	r *sql.DB // read-only connections; == w for an in-memory store

@@ -45,6 +45,14 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"SnapshotRoundTrip", testSnapshotRoundTrip},
 		{"SnapshotNames", testSnapshotNames},
 		{"SnapshotListAndDelete", testSnapshotListAndDelete},
+		{"TemplateBuildRoundTrip", testBuildRoundTrip},
+		{"TemplateBuildNotFoundAndDelete", testBuildNotFoundAndDelete},
+		{"TemplateBuildList", testBuildList},
+		{"TemplateBuildListBounded", testBuildListBounded},
+		{"TemplateBuildsIn", testBuildsIn},
+		{"TemplateTagRoundTripAndReplace", testTagRoundTripAndReplace},
+		{"TemplateTagOwners", testTagOwners},
+		{"TemplateTagPublic", testTagPublic},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
