@@ -15,7 +15,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -156,14 +158,20 @@ func Builtin() map[string]*Recipe {
 	return m
 }
 
-// Template is a built template, ready to make sandboxes from.
+// Template is a built template, ready to make sandboxes from: a built-in
+// one (its root filesystem is one directory, rootfs/) or a build of a
+// custom template (its root filesystem is a stack of shared layers).
 type Template struct {
 	Name     string   `json:"name"`
 	Hash     string   `json:"hash"`
-	Dir      string   `json:"-"` // the build's dir: rootfs/, template.json, warm/
-	Rootfs   string   `json:"-"`
+	Dir      string   `json:"-"` // the build's dir: rootfs/ or layers, template.json, warm/
+	Rootfs   string   `json:"-"` // the overlay lower dir: one dir, or layer dirs top first joined by ':'
 	Defaults Defaults `json:"defaults"`
 	Warm     *Warm    `json:"warm,omitempty"`
+	// Build is the id of a custom template's build ("" for a built-in);
+	// Layers are its layer dirs, bottom first.
+	Build  string   `json:"build,omitempty"`
+	Layers []string `json:"layers,omitempty"`
 }
 
 // manifest is written next to a finished rootfs; its presence marks the
@@ -199,7 +207,18 @@ func readBuild(dir string) (*Template, error) {
 	}
 	t.Dir = dir
 	t.Rootfs = filepath.Join(dir, "rootfs")
+	if len(t.Layers) > 0 {
+		t.Rootfs = Lower(t.Layers)
+	}
 	return &t, nil
+}
+
+// Lower is the overlay lowerdir option of a stack of layer dirs given
+// bottom first: the topmost first, joined by ':'.
+func Lower(layers []string) string {
+	top := slices.Clone(layers)
+	slices.Reverse(top)
+	return strings.Join(top, ":")
 }
 
 // List returns the templates that have a current build.

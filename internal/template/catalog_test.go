@@ -1,0 +1,119 @@
+package template_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// writeBuild lays out a custom template's build as the engine publishes
+// it: its manifest names its layers.
+func writeBuild(t *testing.T, dataDir, id string, layers ...string) {
+	t.Helper()
+	dir := template.BuildDir(dataDir, id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(template.Template{Name: id, Hash: id, Build: id, Layers: layers})
+	if err := os.WriteFile(filepath.Join(dir, "template.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A name means, to a caller: its own template of that name and tag, else
+// a public one, else the built-in; another key's private template is
+// invisible, and a build stays reachable by id whatever its name points
+// at now.
+func TestCatalogResolve(t *testing.T) {
+	ctx := context.Background()
+	dataDir := t.TempDir()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "kiln.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	// A built-in "base", laid out as template.Build does.
+	base := filepath.Join(template.Dir(dataDir), "base", "h1")
+	if err := os.MkdirAll(filepath.Join(base, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(template.Template{Name: "base", Hash: "h1"})
+	if err := os.WriteFile(filepath.Join(base, "template.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("h1", filepath.Join(template.Dir(dataDir), "base", "current")); err != nil {
+		t.Fatal(err)
+	}
+	writeBuild(t, dataDir, "bld00000001", "/l/a", "/l/b", "/l/c")
+	writeBuild(t, dataDir, "bld00000002", "/l/a")
+	writeBuild(t, dataDir, "bld00000003", "/l/x")
+	now := time.Now()
+	for _, tag := range []template.TagRecord{
+		{Owner: "alice", Name: "web", Tag: "default", BuildID: "bld00000001", UpdatedAt: now},
+		{Owner: "alice", Name: "web", Tag: "v2", BuildID: "bld00000002", UpdatedAt: now},
+		{Owner: "alice", Name: "base", Tag: "default", BuildID: "bld00000002", UpdatedAt: now}, // shadows the built-in for alice
+		{Owner: "bob", Name: "tools", Tag: "default", BuildID: "bld00000003", Public: true, UpdatedAt: now},
+		{Owner: "bob", Name: "secret", Tag: "default", BuildID: "bld00000003", UpdatedAt: now},
+	} {
+		if err := db.PutTag(ctx, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &template.Catalog{DataDir: dataDir, Store: db}
+	for _, tc := range []struct {
+		owner, ref string
+		build      string // "" for the built-in
+		rootfs     string
+		err        error
+	}{
+		{"alice", "web", "bld00000001", "/l/c:/l/b:/l/a", nil},
+		{"alice", "web:default", "bld00000001", "/l/c:/l/b:/l/a", nil},
+		{"alice", "web:v2", "bld00000002", "/l/a", nil},
+		{"alice", "base", "bld00000002", "/l/a", nil},
+		{"bob", "base", "", filepath.Join(base, "rootfs"), nil},
+		{"alice", "tools", "bld00000003", "/l/x", nil}, // bob's, public
+		{"alice", "secret", "", "", errdefs.ErrNotFound},
+		{"bob", "web", "", "", errdefs.ErrNotFound},
+		{"alice", "web:v3", "", "", errdefs.ErrNotFound},
+		{"alice", "base:v2", "", "", errdefs.ErrNotFound},
+		{"alice", "Web", "", "", errdefs.ErrInvalidArgument},
+		{"alice", "../web", "", "", errdefs.ErrInvalidArgument},
+		{"alice", "web:", "bld00000001", "/l/c:/l/b:/l/a", nil},
+		{"alice", "web:a:b", "", "", errdefs.ErrInvalidArgument},
+	} {
+		got, err := c.Resolve(ctx, tc.owner, tc.ref)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("%s resolves %q: %v; want %v", tc.owner, tc.ref, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s resolves %q: %v", tc.owner, tc.ref, err)
+			continue
+		}
+		if got.Build != tc.build || got.Rootfs != tc.rootfs {
+			t.Errorf("%s resolves %q: build %q rootfs %q; want %q %q", tc.owner, tc.ref, got.Build, got.Rootfs, tc.build, tc.rootfs)
+		}
+	}
+	// A tag moving to a new build leaves the old build reachable by id.
+	if err := db.PutTag(ctx, template.TagRecord{Owner: "alice", Name: "web", Tag: "default", BuildID: "bld00000002", UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Build("bld00000001"); err != nil || got.Rootfs != "/l/c:/l/b:/l/a" {
+		t.Errorf("old build by id: %+v, %v", got, err)
+	}
+	for id, want := range map[string]error{"bld99999999": errdefs.ErrNotFound, "../x": errdefs.ErrInvalidArgument, "": errdefs.ErrInvalidArgument} {
+		if _, err := c.Build(id); !errors.Is(err, want) {
+			t.Errorf("Build(%q): %v; want %v", id, err, want)
+		}
+	}
+}
