@@ -23,9 +23,6 @@ func Code(err error) api.ErrorCode {
 	return errdefs.Code(err)
 }
 
-// Status is the HTTP status of err (api.ErrorCode.HTTPStatus of its code).
-func Status(err error) int { return Code(err).HTTPStatus() }
-
 // CodeLabel is err's code as a metrics label: "" for success.
 func CodeLabel(err error) string {
 	if err == nil {
