@@ -78,12 +78,7 @@ type Manager struct {
 	done      chan struct{} // closed by Close: stops the reaper
 	closeOnce sync.Once
 
-	// snapMu orders snapshot records and files: restores from snapshots
-	// hold it shared, deletes and retention checks exclusively.
-	snapMu sync.RWMutex
-
-	warm  warmBuilds // warm checkpoint builds (warm.go)
-	pools *pools     // ready sandboxes per template (pool.go); guarded by mu
+	images imageHooks // the image seam (below); guarded by mu
 
 	// specCaps, set by tests, replaces the capability set of new
 	// sandboxes (to make images as an older Kiln did).
@@ -92,6 +87,61 @@ type Manager struct {
 	// faults, set by tests, makes a stage of a bring-up path fail
 	// (pipeline.go).
 	faults func(path, stage string, id ID) error
+}
+
+// imageHooks is the one seam through which the core reaches the
+// checkpoint-image features (Images, images.go); nothing else in the core
+// calls them. A create may be served from an image, and Close must stop
+// the pools, whose sandboxes have no record. NewImages installs an Images;
+// until then noImages answers: no snapshot can be restored, no template
+// is warm, nothing is pooled.
+type imageHooks interface {
+	// fromSnapshot makes the sandbox of a create from a snapshot
+	// (opts.Snapshot set): Create hands it such creates whole.
+	fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox, error)
+	// claim serves a validated create, want, with a ready sandbox from
+	// tmpl's pool; ok false when none fits (Create then makes one), an
+	// error is a quota refusal.
+	claim(ctx context.Context, want Sandbox, tmpl *template.Template, q Quota) (_ Sandbox, ok bool, _ error)
+	// warmCheckpoint returns the warm checkpoint of tmpl that a sandbox on
+	// rt with limits l can restore instead of booting, or nil and why not
+	// ("" when tmpl has no warm step): Create's launch restores it.
+	warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limits) (*template.Checkpoint, string)
+	// closePools stops the pools and destroys their sandboxes: Close.
+	closePools()
+}
+
+var _ imageHooks = (*Images)(nil)
+
+// noImages is the image seam of a Manager without Images.
+type noImages struct{}
+
+func (noImages) fromSnapshot(context.Context, CreateOptions) (Sandbox, error) {
+	return Sandbox{}, fmt.Errorf("this server makes no sandboxes from snapshots: %w", errdefs.ErrFailedPrecondition)
+}
+
+func (noImages) claim(context.Context, Sandbox, *template.Template, Quota) (Sandbox, bool, error) {
+	return Sandbox{}, false, nil
+}
+
+func (noImages) warmCheckpoint(*template.Template, oci.Runtime, Limits) (*template.Checkpoint, string) {
+	return nil, ""
+}
+
+func (noImages) closePools() {}
+
+// setImages installs the image seam (NewImages).
+func (m *Manager) setImages(h imageHooks) {
+	m.mu.Lock()
+	m.images = h
+	m.mu.Unlock()
+}
+
+// imageSeam returns the image seam.
+func (m *Manager) imageSeam() imageHooks {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.images
 }
 
 // box is the live state of one sandbox.
@@ -123,7 +173,8 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
 	}
-	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box), store: cfg.Store, done: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box), store: cfg.Store,
+		done: make(chan struct{}), images: noImages{}}
 	if err := becomeSubreaper(); err != nil {
 		log.Warn("cannot become child subreaper; destroying runsc sandboxes will be slow", "err", err)
 	}
@@ -133,9 +184,6 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 	}
 	if cfg.Adopt {
 		if err := m.adopt(ctx); err != nil {
-			return nil, err
-		}
-		if err := m.gcSnapshots(ctx); err != nil {
 			return nil, err
 		}
 		m.pruneAgents()
@@ -223,8 +271,9 @@ func (m *Manager) pruneAgents() {
 // Create makes a sandbox and waits until its agent answers. A failure at
 // any step unwinds everything made before it.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
+	images := m.imageSeam()
 	if opts.Snapshot != "" {
-		return m.createFromSnapshot(ctx, opts)
+		return images.fromSnapshot(ctx, opts)
 	}
 	if opts.Template == "" {
 		opts.Template = "base"
@@ -239,7 +288,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
 		return Sandbox{}, err
 	}
-	timeout, err := m.timeout(opts.Timeout)
+	timeout, err := m.cfg.timeout(opts.Timeout)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -275,7 +324,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}}
 	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
 	if netOpts == nil && !opts.Cold { // pooled sandboxes have no network
-		if sb, ok, err := m.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
+		if sb, ok, err := images.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
 			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
 		}
 	}
@@ -295,7 +344,12 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
-	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, false, &c)
+	var ck *template.Checkpoint
+	var why string
+	if !opts.Cold {
+		ck, why = images.warmCheckpoint(tmpl, rt, limits)
+	}
+	conn, warm, err := m.launch(ctx, b, rt, tmpl, ck, why, false, &c)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -562,7 +616,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 // them.
 func (m *Manager) Close() {
 	m.closeOnce.Do(func() { close(m.done) })
-	m.closePools() // pooled sandboxes have no record: destroy them
+	m.imageSeam().closePools() // pooled sandboxes have no record: destroy them
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = make(map[ID]*box)
