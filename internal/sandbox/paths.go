@@ -159,4 +159,3 @@ func warmKernelCode(w *template.Warm, rec Sandbox, reseed bool) *wire.ExecutePar
 	}
 	return &wire.ExecuteParams{Language: w.Language, Code: code, TimeoutMs: identifyTimeout.Milliseconds()}
 }
-

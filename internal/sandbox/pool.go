@@ -352,4 +352,3 @@ func (im *Images) closePools() {
 	}
 	im.mu.Unlock()
 }
-
