@@ -12,10 +12,12 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// Options wire a Handler. internal/server fills in Manager, Log and the
+// Options wire a Handler. internal/server fills in Manager, Images, Log and the
 // hooks; kiln serve supplies Secret (and the networking code PortProxy).
 type Options struct {
 	Manager *sandbox.Manager
+	// Images serves snapshots and forks: the Manager's Images.
+	Images *sandbox.Images
 	// Secret keys the sandboxes' envd access tokens (see AccessToken).
 	Secret []byte
 	Log    *slog.Logger
@@ -64,6 +66,7 @@ type Caller struct {
 type Handler struct {
 	o       Options
 	m       *sandbox.Manager
+	im      *sandbox.Images
 	log     *slog.Logger
 	envd    *envd.Handler
 	control *mux
@@ -82,7 +85,7 @@ func New(o Options) *Handler {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{
-		o: o, m: o.Manager, log: o.Log.With("component", "e2b"),
+		o: o, m: o.Manager, im: o.Images, log: o.Log.With("component", "e2b"),
 		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd")}),
 		control: newMux(), jupyter: newMux(),
 		usage: newCPUSampler(), problem: o.Problem, annotate: o.Annotate,

@@ -18,7 +18,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 		return next
 	}
 	eo := *o
-	eo.Manager, eo.Log = s.m, log
+	eo.Manager, eo.Images, eo.Log = s.m, s.im, log
 	eo.Authenticate = s.e2bCaller
 	eo.Admit = s.admit
 	eo.Problem = s.e2bProblem
