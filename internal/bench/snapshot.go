@@ -28,9 +28,9 @@ type SnapshotSize struct {
 	Pause         Dist  `json:"pause"`          // Manager.Pause: checkpoint to disk, container destroyed
 	Resume        Dist  `json:"resume"`         // Manager.Resume: restore and a new agent session
 	ResumeFirst   Dist  `json:"resume_first"`   // resume → first `true` done
-	Fork1         Dist  `json:"fork_1"`         // Manager.Fork into 1, all running
-	Fork4         Dist  `json:"fork_4"`         // Manager.Fork into 4, all running
-	Snapshot      Dist  `json:"snapshot"`       // Manager.Snapshot (source keeps running)
+	Fork1         Dist  `json:"fork_1"`         // Images.Fork into 1, all running
+	Fork4         Dist  `json:"fork_4"`         // Images.Fork into 4, all running
+	Snapshot      Dist  `json:"snapshot"`       // Images.Snapshot (source keeps running)
 	SnapshotBytes int64 `json:"snapshot_bytes"` // disk a snapshot takes (memory image + written disk blocks)
 	FromSnapshot  Dist  `json:"from_snapshot"`  // Create{Snapshot}, running
 }

@@ -63,7 +63,9 @@ type Config struct {
 	Net *network.Network
 }
 
-// Manager creates, tracks and destroys the sandboxes of one host.
+// Manager creates, tracks and destroys the sandboxes of one host: the
+// core. The checkpoint-image features are Images (images.go), which
+// NewImages builds on a Manager.
 type Manager struct {
 	cfg      Config
 	log      *slog.Logger
