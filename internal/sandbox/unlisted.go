@@ -125,7 +125,10 @@ func (m *Manager) retract(ctx context.Context, id ID, final State, reason string
 func (m *Manager) watchUnlisted(b *box, conn *channel.Conn, gone func()) {
 	go m.liveness(b, conn)
 	<-conn.Done()
-	if listed, err := m.box(b.rec.ID); err == nil && listed == b {
+	b.mu.Lock() // enlist may be replacing the record
+	id := b.rec.ID
+	b.mu.Unlock()
+	if listed, err := m.box(id); err == nil && listed == b {
 		m.watch(b, conn)
 		return
 	}
