@@ -26,7 +26,7 @@ import (
 // (under the box's lock while it captures an image, so no lifecycle change
 // or liveness ping runs meanwhile) but changes sandboxes only through
 // core. The Manager, in turn, reaches Images only through one seam,
-// imageHooks (manager.go).
+// imageHooks (seam.go).
 type Images struct {
 	core     core
 	cfg      Config // the Manager's, with its defaults
