@@ -163,28 +163,33 @@ test('env vars given at create reach the kernel and commands', async () => {
 })
 
 test('contexts are isolated, have their own cwd, can be listed, restarted and removed', async () => {
-  const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+  // Creating and restarting a context each start a Python kernel cold:
+  // about 5 s of CPU under gVisor, which on a 2-core machine running both
+  // SDKs' suites at once (and other test packages) has passed the SDK's
+  // 60 s request timeout. This connection waits longer for them.
+  const patient = await Sandbox.connect(sbx.sandboxId, { requestTimeoutMs: 300_000 })
+  const ctx = await patient.createCodeContext({ cwd: '/tmp' })
   assert.equal(typeof ctx.id, 'string')
   assert.equal(ctx.language, 'python')
   assert.equal(ctx.cwd, '/tmp')
 
-  await sbx.runCode('secret = "in ctx"', { context: ctx })
-  assert.equal((await sbx.runCode('secret', { context: ctx })).text, 'in ctx')
-  assert.equal((await sbx.runCode('secret')).error?.name, 'NameError')
-  assert.equal((await sbx.runCode('import os\nos.getcwd()', { context: ctx })).text, '/tmp')
-  assert.equal((await sbx.runCode('import os\nos.getcwd()')).text, '/home/user')
+  await patient.runCode('secret = "in ctx"', { context: ctx })
+  assert.equal((await patient.runCode('secret', { context: ctx })).text, 'in ctx')
+  assert.equal((await patient.runCode('secret')).error?.name, 'NameError')
+  assert.equal((await patient.runCode('import os\nos.getcwd()', { context: ctx })).text, '/tmp')
+  assert.equal((await patient.runCode('import os\nos.getcwd()')).text, '/home/user')
 
-  const ids = (await sbx.listCodeContexts()).map((c) => c.id)
+  const ids = (await patient.listCodeContexts()).map((c) => c.id)
   assert.ok(ids.includes(ctx.id), `${ctx.id} not in ${ids}`)
 
-  await sbx.restartCodeContext(ctx)
-  assert.equal((await sbx.runCode('secret', { context: ctx })).error?.name, 'NameError')
+  await patient.restartCodeContext(ctx)
+  assert.equal((await patient.runCode('secret', { context: ctx })).error?.name, 'NameError')
 
-  await sbx.removeCodeContext(ctx)
-  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+  await patient.removeCodeContext(ctx)
+  assert.ok(!(await patient.listCodeContexts()).some((c) => c.id === ctx.id))
   // requestTimeoutMs 0: the SDK leaves its request timer armed when the
   // request fails, which would keep node alive for the default 60 s.
-  await assert.rejects(sbx.runCode('1', { context: ctx, requestTimeoutMs: 0 }), (err) => err instanceof NotFoundError)
+  await assert.rejects(patient.runCode('1', { context: ctx, requestTimeoutMs: 0 }), (err) => err instanceof NotFoundError)
 })
 
 test('runCode runs JavaScript with language js', async () => {
@@ -212,7 +217,7 @@ test('runCode runs R and bash', async () => {
   const rerr = await sbx.runCode('stop("boom")', { language: 'r' })
   assert.match(rerr.error?.value ?? '', /boom/)
 
-  const ctx = await sbx.createCodeContext({ language: 'r' })
+  const ctx = await sbx.createCodeContext({ language: 'r', requestTimeoutMs: 300_000 })
   assert.equal(ctx.language, 'r')
   await sbx.runCode('y <- 21', { context: ctx })
   assert.equal((await sbx.runCode('y * 2', { context: ctx })).results[0].text, '[1] 42')
