@@ -201,6 +201,23 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestErrorStatusWithoutBody: an error status that comes without a body
+// (a proxy's, or a HEAD) is read back as the code the API answers with
+// that status (the shared table, api.ErrorCode.HTTPStatus).
+func TestErrorStatusWithoutBody(t *testing.T) {
+	for _, code := range api.ErrorCodes() {
+		want := code
+		if code == api.CodeAlreadyExists {
+			want = api.CodeFailedPrecondition // both are 409; the client reads the broader
+		}
+		c := fake(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(code.HTTPStatus()) })
+		_, err := c.GetSandbox(context.Background(), "sbx_1")
+		if !client.IsCode(err, want) {
+			t.Errorf("HTTP %d without a body (%s): %v, want code %s", code.HTTPStatus(), code, err, want)
+		}
+	}
+}
+
 func TestTransportError(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	srv.Close()

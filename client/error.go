@@ -78,25 +78,23 @@ func decodeError(resp *http.Response) error {
 	return e
 }
 
-// codeFor guesses the error code of a status that came without a body.
+// codeFor guesses the error code of a status that came without a body:
+// the code the API answers with that status (api.ErrorCode.HTTPStatus;
+// of already_exists and failed_precondition, which share 409, the
+// latter), and for statuses proxies and net/http send, their nearest.
 func codeFor(status int) api.ErrorCode {
 	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusMethodNotAllowed:
-		return api.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return api.CodeUnauthenticated
-	case http.StatusForbidden:
-		return api.CodePermissionDenied
-	case http.StatusNotFound:
-		return api.CodeNotFound
 	case http.StatusConflict:
 		return api.CodeFailedPrecondition
-	case http.StatusTooManyRequests:
-		return api.CodeResourceExhausted
-	case http.StatusServiceUnavailable, http.StatusBadGateway:
+	case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusMethodNotAllowed:
+		return api.CodeInvalidArgument
+	case http.StatusBadGateway:
 		return api.CodeUnavailable
-	case http.StatusGatewayTimeout:
-		return api.CodeDeadlineExceeded
+	}
+	for _, c := range api.ErrorCodes() {
+		if c.HTTPStatus() == status {
+			return c
+		}
 	}
 	return api.CodeInternal
 }

@@ -1,7 +1,8 @@
 // Package boundary_test checks the trust and layering boundaries of the
 // module: code that runs inside sandboxes imports nothing host-side, the
 // host reaches the agent only through the contract (internal/agentapi),
-// the domain does not import its front ends, the SDK depends on nothing
+// the domain does not import its front ends, the front ends meet only in
+// the HTTP edge (internal/edge), the SDK depends on nothing
 // internal, every package says what it is, and go.mod is tidy.
 //
 // The rules are checked against this module and against a fixture module
@@ -104,6 +105,20 @@ func rules(mod string) []rule {
 			deps: true,
 		},
 		{
+			name:    "the front ends meet only in the HTTP edge: E2B's does not import the native one",
+			applies: func(p string) bool { return under(p, mod+"/internal/e2b") },
+			allowed: func(imp string) bool { return !under(imp, mod+"/internal/server") },
+			deps:    true,
+		},
+		{
+			name:    "the HTTP edge depends on no front end",
+			applies: func(p string) bool { return under(p, mod+"/internal/edge") },
+			allowed: func(imp string) bool {
+				return !under(imp, mod+"/internal/server") && !under(imp, mod+"/internal/e2b")
+			},
+			deps: true,
+		},
+		{
 			name:    "the SDK imports only the contract and the standard library",
 			applies: func(p string) bool { return under(p, mod+"/client") || under(p, mod+"/api") },
 			allowed: func(imp string) bool {
@@ -177,6 +192,8 @@ func TestBoundariesCatchWrongImports(t *testing.T) {
 	want := []string{
 		"in-sandbox code imports only the contracts, itself and the standard library: " + fix + "/internal/agent/bad imports " + fix + "/internal/server",
 		"the sandbox domain depends on no front end: " + fix + "/internal/sandbox imports " + fix + "/internal/server",
+		"the front ends meet only in the HTTP edge: E2B's does not import the native one: " + fix + "/internal/e2b imports " + fix + "/internal/server",
+		"the HTTP edge depends on no front end: " + fix + "/internal/edge imports " + fix + "/internal/server",
 		"package doc: " + fix + "/internal/nodoc has none",
 	}
 	slices.Sort(got)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/proxy"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -24,7 +25,7 @@ import (
 //     key of the owner, unless the sandbox's ports are public.
 //
 // The decision is made before a paused sandbox is woken and before any
-// body is read. Public requests are admitted by Options.Admit, which caps
+// body is read. Public requests are admitted by the edge (Admit), which caps
 // how many run at once.
 
 // grant is the credential a data-plane request proved it has.
@@ -58,11 +59,11 @@ func (h *Handler) authorizeData(w http.ResponseWriter, r *http.Request, sb sandb
 		ok = g == grantTraffic || g == grantAPIKey
 	}
 	if ok {
-		_ = h.o.Admit(r, true) // a credential is never refused
+		_ = h.edge.Admit(r, true) // a credential is never refused
 		return g, true
 	}
 	if h.publicData(r, sb, port) {
-		if err := h.o.Admit(r, false); err != nil {
+		if err := h.edge.Admit(r, false); err != nil {
 			status, msg := h.problem(r, err)
 			w.Header().Set("Connection", "close")
 			writeStatus(w, status, msg)
@@ -124,7 +125,7 @@ func (h *Handler) credential(r *http.Request, sb sandbox.Sandbox) grant {
 // Authorization: Bearer) of sb's owner or an admin. envd's Authorization
 // is Basic (the user name) and is not a key.
 func (h *Handler) ownerKey(r *http.Request, sb sandbox.Sandbox) bool {
-	if h.o.Authenticate == nil || (r.Header.Get("X-Api-Key") == "" && !bearer(r)) {
+	if r.Header.Get("X-Api-Key") == "" && !bearer(r) {
 		return false
 	}
 	kr := r
@@ -132,14 +133,14 @@ func (h *Handler) ownerKey(r *http.Request, sb sandbox.Sandbox) bool {
 		kr = r.Clone(r.Context())
 		kr.Header.Del("Authorization")
 	}
-	c, err := h.o.Authenticate(kr)
+	c, err := h.edge.Authenticate(kr, edge.AnyKey)
 	if err != nil {
 		if !errors.Is(err, errdefs.ErrUnauthenticated) && !errors.Is(err, errdefs.ErrPermissionDenied) {
 			h.log.Warn("authenticating a data-plane request", "sandbox_id", sb.ID, "err", err)
 		}
 		return false
 	}
-	return c.Admin || (c.Owner != "" && c.Owner == sb.Owner)
+	return c.Key.Admin || (c.Key.ID != "" && c.Key.ID == sb.Owner)
 }
 
 // bearer reports whether r's Authorization header is a Bearer token.

@@ -6,14 +6,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// Options wire a Handler. internal/server fills in Manager, Log and the
-// hooks; kiln serve supplies Secret (and the networking code PortProxy).
+// Options wire a Handler. internal/server fills in Manager, Log and
+// Edge; kiln serve supplies Secret (and the networking code PortProxy).
 type Options struct {
 	Manager *sandbox.Manager
 	// Secret keys the sandboxes' envd access tokens (see AccessToken).
@@ -27,26 +27,12 @@ type Options struct {
 	// envd's and the code interpreter's; nil answers E2B's "port is not
 	// open" 502.
 	PortProxy func(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, port int)
-	// Authenticate resolves a request's API key (X-API-KEY, or
-	// Authorization: Bearer) into the caller (the server's key handling);
-	// an error is answered as is. The data plane uses it too: an API key
-	// of a sandbox's owner opens its ports like the access token.
-	Authenticate func(r *http.Request) (Caller, error)
-	// Admit tells the server how a data-plane request was authorized:
-	// by a credential for its sandbox (a token, a URL signature or an
-	// API key), or by none (health probes, public ports). The server caps
-	// how many of the latter run at once; its error (resource exhausted)
-	// is answered 429. nil admits all.
-	Admit func(r *http.Request, credentialed bool) error
-	// Problem is the server's one mapping of errors to an HTTP status
-	// and the message a client may see.
-	Problem func(r *http.Request, err error) (status int, message string)
-	// Annotate tells the server's request log which sandbox a request
-	// was about.
-	Annotate func(r *http.Request, sandboxID string)
-	// ObserveCreate records how long a sandbox create took and how it
-	// ended, in the server's metrics.
-	ObserveCreate func(d time.Duration, err error)
+	// Edge is the server's HTTP edge: API keys (the data plane uses them
+	// too: an API key of a sandbox's owner opens its ports like the access
+	// token), the cap on requests without credentials, errors' statuses
+	// and messages, the request log and metrics. nil: no keys, no cap, no
+	// log.
+	Edge *edge.Edge
 }
 
 // Caller is who sent a control-plane request.
@@ -71,9 +57,8 @@ type Handler struct {
 	usage   *cpuSampler
 	// dying: sandboxes being killed, whose data plane answers 502 at
 	// once rather than wait for the kill.
-	dying    sync.Map // sandbox.ID → struct{}
-	problem  func(r *http.Request, err error) (int, string)
-	annotate func(r *http.Request, sandboxID string)
+	dying sync.Map // sandbox.ID → struct{}
+	edge  *edge.Edge
 }
 
 // New returns a Handler.
@@ -83,21 +68,9 @@ func New(o Options) *Handler {
 	}
 	h := &Handler{
 		o: o, m: o.Manager, log: o.Log.With("component", "e2b"),
-		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd")}),
+		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd"), Edge: o.Edge}),
 		control: newMux(), jupyter: newMux(),
-		usage: newCPUSampler(), problem: o.Problem, annotate: o.Annotate,
-	}
-	if h.problem == nil {
-		h.problem = defaultProblem
-	}
-	if h.annotate == nil {
-		h.annotate = func(*http.Request, string) {}
-	}
-	if h.o.Admit == nil {
-		h.o.Admit = func(*http.Request, bool) error { return nil }
-	}
-	if h.o.ObserveCreate == nil {
-		h.o.ObserveCreate = func(time.Duration, error) {}
+		usage: newCPUSampler(), edge: o.Edge,
 	}
 	h.registerControl()
 	h.registerJupyter()
@@ -146,10 +119,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// defaultProblem is used when no server supplies its error mapping:
-// everything is an internal error.
-func defaultProblem(_ *http.Request, err error) (int, string) {
-	return http.StatusInternalServerError, err.Error()
+// problem is the edge's status and client-visible message of err (the
+// edge logs what the client does not see).
+func (h *Handler) problem(r *http.Request, err error) (int, string) {
+	e, status := h.edge.Problem(r.Context(), err)
+	return status, e.Message
 }
 
 // Routes returns the patterns of the control plane and of the code

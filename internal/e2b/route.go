@@ -2,7 +2,6 @@ package e2b
 
 import (
 	"context"
-	"github.com/kiln-sh/kiln/internal/errdefs"
 	"net"
 	"net/http"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/edge"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/proxy"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -89,7 +90,7 @@ func (h *Handler) serveHeaderRouted(w http.ResponseWriter, r *http.Request) {
 // themselves.
 func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string, port int) {
 	r.Pattern = "E2B :" + portLabel(port)
-	h.annotate(r, rawID)
+	edge.Annotate(r, rawID)
 	sb, ok := h.record(r.Context(), rawID)
 	if !ok {
 		sandboxGone(w, rawID)
@@ -117,7 +118,7 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string
 		h.serveJupyter(w, r, sb, a)
 	default:
 		if h.o.PortProxy != nil {
-			streamBody(r) // an app's upload may pause: only an idle deadline
+			edge.StreamBody(r) // an app's upload may pause: only an idle deadline
 			if grant != grantNone {
 				r = proxy.Grant(r, grant == grantAPIKey && bearer(r))
 			}
@@ -133,14 +134,6 @@ func (h *Handler) serveData(w http.ResponseWriter, r *http.Request, rawID string
 func sandboxGone(w http.ResponseWriter, rawID string) {
 	writeJSON(w, http.StatusBadGateway, notFoundBody{Code: http.StatusBadGateway,
 		Message: "The sandbox was not found", SandboxID: rawID})
-}
-
-// streamBody tells the server's body deadline (if r's body has one) that
-// the body is a stream, which may pause but not stall.
-func streamBody(r *http.Request) {
-	if b, ok := r.Body.(interface{ SetStreaming() }); ok {
-		b.SetStreaming()
-	}
 }
 
 // portLabel names a port for metrics without letting callers mint
@@ -191,8 +184,8 @@ func (h *Handler) serveSignedFiles(w http.ResponseWriter, r *http.Request) {
 		if sb.State != sandbox.StateRunning || !envd.Signed(r, h.token(sb.ID)) {
 			continue
 		}
-		h.annotate(r, sb.ID.String())
-		_ = h.o.Admit(r, true) // the signature is a credential: never refused
+		edge.Annotate(r, sb.ID.String())
+		_ = h.edge.Admit(r, true) // the signature is a credential: never refused
 		a, err := h.m.Agent(sb.ID)
 		if err != nil {
 			break

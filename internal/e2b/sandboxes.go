@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -80,12 +81,9 @@ func (h *Handler) registerControl() {
 // route registers a control-plane handler behind the caller's API key.
 func (h *Handler) route(pattern string, fn handlerFunc) {
 	h.control.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		c, err := Caller{}, fmt.Errorf("no API keys configured: %w", errdefs.ErrUnauthenticated)
-		if h.o.Authenticate != nil {
-			c, err = h.o.Authenticate(r)
-		}
+		ec, err := h.edge.Authenticate(r, edge.AnyKey)
 		if err == nil {
-			err = fn(w, r, c)
+			err = fn(w, r, Caller{Owner: ec.Key.ID, Quota: ec.Quota, Admin: ec.Key.Admin})
 		}
 		if err != nil {
 			h.writeError(w, r, err)
@@ -129,7 +127,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	if opts.Snapshot != "" || template.ValidName(opts.Template) {
 		start := time.Now()
 		sb, err = h.m.Create(r.Context(), opts)
-		h.o.ObserveCreate(time.Since(start), err)
+		h.edge.ObserveCreate(time.Since(start), err)
 	}
 	if errors.Is(err, errdefs.ErrNotFound) { // only the template can be missing
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("template '%s' not found", errdefs.ClipN(req.TemplateID, 64)))
@@ -138,7 +136,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	if err != nil {
 		return fmt.Errorf("creating sandbox: %w", err)
 	}
-	h.annotate(r, sb.ID.String())
+	edge.Annotate(r, sb.ID.String())
 	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb, req.TemplateID))
 	return nil
 }
@@ -198,7 +196,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c Caller) error {
 // other sandbox is not found, as on E2B, where ended sandboxes are gone.
 func (h *Handler) lookup(r *http.Request, c Caller) (sandbox.Sandbox, error) {
 	raw := r.PathValue("id")
-	h.annotate(r, raw)
+	edge.Annotate(r, raw)
 	notFound := fmt.Errorf("sandbox \"%s\" not found: %w", errdefs.ClipN(raw, 40), errdefs.ErrNotFound)
 	id, err := sandbox.ParseID(raw)
 	if err != nil {

@@ -1,6 +1,7 @@
 // Package errdefs defines the small closed set of error classes that Kiln's
-// host-side packages wrap their errors in. The server maps each class to one
-// HTTP status in a single place; everything else uses errors.Is.
+// host-side packages wrap their errors in. Each class has one API code
+// (Code and Class, codes.go: the one table), and each code one HTTP status
+// (api.ErrorCode.HTTPStatus); everything else uses errors.Is.
 package errdefs
 
 import "errors"

@@ -274,24 +274,12 @@ func agentError(err error) error {
 	return err
 }
 
+// codeClass is the class of an agent's error code. An agent does not
+// speak for the caller's credentials: unauthenticated, like internal and
+// codes it should not send, is an agent internal error.
 func codeClass(c api.ErrorCode) error {
-	switch c {
-	case api.CodeInvalidArgument:
-		return errdefs.ErrInvalidArgument
-	case api.CodeNotFound:
-		return errdefs.ErrNotFound
-	case api.CodeAlreadyExists:
-		return errdefs.ErrAlreadyExists
-	case api.CodeFailedPrecondition:
-		return errdefs.ErrFailedPrecondition
-	case api.CodeResourceExhausted:
-		return errdefs.ErrResourceExhausted
-	case api.CodePermissionDenied:
-		return errdefs.ErrPermissionDenied
-	case api.CodeUnavailable:
-		return errdefs.ErrUnavailable
-	case api.CodeDeadlineExceeded:
-		return errdefs.ErrDeadlineExceeded
+	if class := errdefs.Class(c); class != nil && c != api.CodeUnauthenticated {
+		return class
 	}
 	return errors.New("agent internal error")
 }

@@ -2,69 +2,34 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
-// authenticate resolves the request's API key into its reqInfo, unless the
-// route is public.
+// authenticate resolves the request's API key (the edge records it),
+// unless the route is public.
 func (s *Server) authenticate(r *http.Request, f routeFlags) error {
 	if f&public != 0 {
 		return nil
 	}
-	secret, err := keySecret(r)
-	if err != nil {
-		return err
+	role := edge.AnyKey
+	if f&adminOnly != 0 {
+		role = edge.AdminKey
 	}
-	if !apikey.WellFormed(secret) {
-		return fmt.Errorf("malformed API key: want e2b_ and 40 hex digits: %w", errdefs.ErrUnauthenticated)
-	}
-	k, err := s.keys.lookup(r.Context(), apikey.Hash(secret))
-	if errors.Is(err, errdefs.ErrNotFound) || (err == nil && k.Revoked()) {
-		return fmt.Errorf("unknown or revoked API key: %w", errdefs.ErrUnauthenticated)
-	}
-	if err != nil {
-		return fmt.Errorf("looking up API key: %w", err)
-	}
-	if f&adminOnly != 0 && !k.Admin {
-		return fmt.Errorf("this route needs an admin key: %w", errdefs.ErrPermissionDenied)
-	}
-	info(r.Context()).key = &k
-	return nil
-}
-
-// keySecret returns the API key a request carries.
-func keySecret(r *http.Request) (string, error) {
-	secret := r.Header.Get("X-API-Key")
-	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, token, ok := strings.Cut(h, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return "", fmt.Errorf("authorization header: want Bearer <key>: %w", errdefs.ErrUnauthenticated)
-		}
-		secret = strings.TrimSpace(token)
-	}
-	if secret == "" {
-		return "", fmt.Errorf("missing API key: send Authorization: Bearer <key> or X-API-Key: <key>: %w", errdefs.ErrUnauthenticated)
-	}
-	return secret, nil
+	_, err := s.edge.Authenticate(r, role)
+	return err
 }
 
 // caller is the authenticated key of a request.
-func caller(r *http.Request) apikey.Key {
-	if k := info(r.Context()).key; k != nil {
-		return *k
-	}
-	return apikey.Key{}
-}
+func caller(r *http.Request) apikey.Key { return edge.Key(r.Context()) }
 
-// keyCache remembers key lookups for a short TTL, so that a busy client
+// keyCache remembers key lookups for a short TTL (it is the edge's Keys), so that a busy client
 // costs one store query a second rather than one per request. Revocations
 // through this server drop the entry at once; those on other nodes bite
 // within the TTL.
@@ -88,7 +53,7 @@ func newKeyCache(st apikey.Store, ttl time.Duration) *keyCache {
 	return &keyCache{store: st, ttl: ttl, entries: map[string]cachedKey{}}
 }
 
-func (c *keyCache) lookup(ctx context.Context, hash []byte) (apikey.Key, error) {
+func (c *keyCache) KeyByHash(ctx context.Context, hash []byte) (apikey.Key, error) {
 	now := time.Now()
 	c.mu.Lock()
 	e, ok := c.entries[string(hash)]

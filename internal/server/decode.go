@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/kiln-sh/kiln/internal/errdefs"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/edge"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
 // maxJSONBytes bounds JSON request bodies.
@@ -35,7 +36,7 @@ func decodeBody(body io.Reader, v any) error {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err
 		}
-		if bt, ok := errors.AsType[*bodyTimeoutError](err); ok {
+		if bt, ok := errors.AsType[*edge.BodyTimeoutError](err); ok {
 			return bt
 		}
 		if errors.Is(err, io.EOF) {
@@ -47,7 +48,7 @@ func decodeBody(body io.Reader, v any) error {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err
 		}
-		if bt, ok := errors.AsType[*bodyTimeoutError](err); ok {
+		if bt, ok := errors.AsType[*edge.BodyTimeoutError](err); ok {
 			return bt
 		}
 		return invalid("malformed JSON body: data after the JSON object")

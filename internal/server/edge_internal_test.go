@@ -57,21 +57,19 @@ func TestAnonymousCap(t *testing.T) {
 
 	// Three anonymous requests in flight (as a slow public port's would
 	// be) hold the slots.
-	var held []*reqInfo
+	var held []*http.Request
 	for range 3 {
-		ri := &reqInfo{}
-		r := httptest.NewRequest("GET", "/", nil).WithContext(context.WithValue(context.Background(), ctxKey{}, ri))
-		if err := s.admit(r, false); err != nil {
+		r := s.edge.Begin(httptest.NewRequest("GET", "/", nil))
+		if err := s.edge.Admit(r, false); err != nil {
 			t.Fatalf("admitting anonymous request %d of 3: %v", len(held)+1, err)
 		}
-		held = append(held, ri)
+		held = append(held, r)
 	}
-	ri := &reqInfo{}
-	r := httptest.NewRequest("GET", "/", nil).WithContext(context.WithValue(context.Background(), ctxKey{}, ri))
-	if err := s.admit(r, false); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	r := s.edge.Begin(httptest.NewRequest("GET", "/", nil))
+	if err := s.edge.Admit(r, false); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("a fourth anonymous request: %v, want resource exhausted", err)
 	}
-	if err := s.admit(r, true); err != nil {
+	if err := s.edge.Admit(r, true); err != nil {
 		t.Errorf("a credentialed request: %v, want it admitted", err)
 	}
 	if status, closed := get("/healthz", ""); status != http.StatusTooManyRequests || !closed {
@@ -86,13 +84,13 @@ func TestAnonymousCap(t *testing.T) {
 	if status, closed := get("/v1/keys", ""); status != http.StatusUnauthorized || !closed {
 		t.Errorf("GET /v1/keys without a key: %d (closed %v), want 401 and the connection closed", status, closed)
 	}
-	for _, ri := range held {
-		s.done(context.Background(), ri)
+	for _, r := range held {
+		s.edge.End(r)
 	}
 	if status, _ := get("/healthz", ""); status != http.StatusOK {
 		t.Errorf("GET /healthz once the slots are free: %d", status)
 	}
-	if n := len(s.anon); n != 0 {
+	if n := s.edge.AnonymousHeld(); n != 0 {
 		t.Errorf("%d anonymous slots still held after every request ended", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -39,7 +40,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
 		if out.started {
 			// The status is sent: cut the body short so the client sees
 			// an incomplete response, not a truncated file.
-			s.log.Warn("reading file failed mid-stream", "request_id", requestID(r.Context()), "err", err)
+			s.log.Warn("reading file failed mid-stream", "request_id", edge.RequestID(r.Context()), "err", err)
 			panic(http.ErrAbortHandler)
 		}
 		return fmt.Errorf("reading file: %w", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -124,7 +125,7 @@ func mustBeInvalid(t *testing.T, err error) {
 	if !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("error %v is not invalid_argument", err)
 	}
-	if codeOf(err) != api.CodeInvalidArgument {
-		t.Fatalf("error %v maps to %s", err, codeOf(err))
+	if edge.Code(err) != api.CodeInvalidArgument {
+		t.Fatalf("error %v maps to %s", err, edge.Code(err))
 	}
 }

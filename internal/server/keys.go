@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -40,7 +41,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if err := s.keys.store.CreateKey(r.Context(), k); err != nil {
 		return fmt.Errorf("creating key: %w", err)
 	}
-	s.log.Info("API key created", "request_id", requestID(r.Context()), "key_id", k.ID, "by", caller(r).ID, "admin", k.Admin)
+	s.log.Info("API key created", "request_id", edge.RequestID(r.Context()), "key_id", k.ID, "by", caller(r).ID, "admin", k.Admin)
 	out := keyToAPI(k)
 	out.Secret = secret
 	return writeJSON(w, http.StatusCreated, out)
@@ -72,7 +73,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("revoking key %s: %w", id, err)
 	}
 	s.keys.forget(id)
-	s.log.Info("API key revoked", "request_id", requestID(r.Context()), "key_id", id, "by", caller(r).ID)
+	s.log.Info("API key revoked", "request_id", edge.RequestID(r.Context()), "key_id", id, "by", caller(r).ID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -25,11 +26,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	start := time.Now()
 	sb, err := s.m.Create(r.Context(), opts)
-	s.metrics.ObserveCreate(time.Since(start), errCode(err))
+	s.edge.ObserveCreate(time.Since(start), err)
 	if err != nil {
 		return fmt.Errorf("creating sandbox: %w", err)
 	}
-	info(r.Context()).sandboxID = sb.ID.String()
+	edge.Annotate(r, sb.ID.String())
 	out := toAPI(sb)
 	if n, err := s.m.Network(sb.ID); err == nil && n.Mode == sandbox.NetworkNAT {
 		out.Network = toAPINetwork(n)
@@ -39,16 +40,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 
 // quota is what key k may hold at once: its own limits or the server's
 // defaults.
-func (s *Server) quota(k apikey.Key) sandbox.Quota {
-	q := sandbox.Quota{MaxSandboxes: k.MaxSandboxes, MaxMemoryBytes: k.MaxMemoryBytes}
-	if q.MaxSandboxes == 0 {
-		q.MaxSandboxes = s.cfg.Server.DefaultMaxSandboxes
-	}
-	if q.MaxMemoryBytes == 0 {
-		q.MaxMemoryBytes = s.cfg.Server.DefaultMaxMemoryBytes
-	}
-	return q
-}
+func (s *Server) quota(k apikey.Key) sandbox.Quota { return s.edge.Quota(k) }
 
 // createOptions checks what the manager cannot (units, overflow) and adds
 // the caller's identity and quota; the manager validates the rest.
@@ -208,7 +200,7 @@ func pathID(r *http.Request) (sandbox.ID, error) {
 	if err != nil {
 		return "", invalid("sandbox id %q: want 8-32 lowercase letters and digits", errdefs.ClipN(raw, 40))
 	}
-	info(r.Context()).sandboxID = id.String()
+	edge.Annotate(r, id.String())
 	return id, nil
 }
 
@@ -250,9 +242,4 @@ func toAPI(sb sandbox.Sandbox) api.Sandbox {
 }
 
 // errCode is the code of err for metrics labels; "" for success.
-func errCode(err error) string {
-	if err == nil {
-		return ""
-	}
-	return string(codeOf(err))
-}
+func errCode(err error) string { return edge.CodeLabel(err) }

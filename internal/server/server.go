@@ -1,6 +1,7 @@
 // Package server is Kiln's HTTP API: the REST routes of api/openapi.yaml on
-// a stdlib ServeMux, API-key auth, NDJSON and WebSocket streams, and the one
-// mapping from error classes to HTTP statuses (errors.go). Handlers decode,
+// a stdlib ServeMux behind the HTTP edge (internal/edge: request ids and
+// logs, API-key auth, admission, error statuses), tenancy, NDJSON and
+// WebSocket streams, and E2B's API mounted on the same handler. Handlers decode,
 // call sandbox.Manager or a sandbox's Agent, and encode; they never touch
 // the host's file system.
 package server
@@ -8,6 +9,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -17,6 +19,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/tools"
@@ -42,7 +45,7 @@ type Options struct {
 	// (default 15s).
 	PingInterval time.Duration
 	// E2B, if set, also serves E2B's API on the same handler (see
-	// mountE2B); Manager, Log and its hooks are filled in here.
+	// mountE2B); Manager, Log and Edge are filled in here.
 	E2B *e2b.Options
 }
 
@@ -59,9 +62,7 @@ type Server struct {
 
 	mux     *http.ServeMux
 	handler http.Handler
-	edge    config.Edge
-	anon    chan struct{} // slots of requests without credentials (edge.go)
-	conns   *connTracker
+	edge    *edge.Edge
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
 
@@ -92,18 +93,26 @@ func New(o Options) *Server {
 	s := &Server{
 		m: o.Manager, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
-		mux: http.NewServeMux(), edge: o.Config.Server.Edge.WithDefaults(),
+		mux: http.NewServeMux(),
 	}
-	s.anon = make(chan struct{}, s.edge.MaxAnonymous)
-	s.conns = newConnTracker(s.edge.MaxPendingConns)
+	s.edge = edge.New(edge.Options{
+		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
+		DefaultQuota: sandbox.Quota{MaxSandboxes: o.Config.Server.DefaultMaxSandboxes, MaxMemoryBytes: o.Config.Server.DefaultMaxMemoryBytes},
+		Scrub:        []string{o.Config.DataDir, o.Config.RunDir},
+	})
 	s.drain, s.cancelDrain = context.WithCancel(context.Background())
 	s.register()
-	s.handler = s.observe(s.mountE2B(o.E2B, o.Log, s.mux))
+	s.handler = s.edge.Handler(s.mountE2B(o.E2B, o.Log, s.mux))
 	return s
 }
 
 // ServeHTTP serves one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// HTTPServer returns the http.Server to serve s with: the edge's header
+// and idle timeouts, bound on header size and cap on pending connections
+// (edge.HTTPServer). errLog may be nil.
+func (s *Server) HTTPServer(errLog *log.Logger) *http.Server { return s.edge.HTTPServer(s, errLog) }
 
 // Routes returns the registered "METHOD /pattern" strings, in
 // registration order.
@@ -191,12 +200,12 @@ func (s *Server) route(pattern string, h handlerFunc, f routeFlags) {
 func (s *Server) adapt(h handlerFunc, f routeFlags) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer s.recover(w, r)
-		if f&streamBody != 0 && info(r.Context()).body != nil {
-			info(r.Context()).body.SetStreaming()
+		if f&streamBody != 0 {
+			edge.StreamBody(r)
 		}
 		err := s.authenticate(r, f)
 		if f&public != 0 {
-			if err = s.admit(r, false); err != nil {
+			if err = s.edge.Admit(r, false); err != nil {
 				w.Header().Set("Connection", "close")
 			}
 		}

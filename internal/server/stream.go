@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -82,7 +83,7 @@ func (st *stream) openLocked() error {
 			st.gone = true
 			return fmt.Errorf("upgrading to websocket: %w: %w", errClientGone, err)
 		}
-		markHijacked(st.w)
+		edge.Hijacked(st.w)
 		st.ws = c
 		// Reading only handles control frames and notices the client
 		// closing; it must outlive ctx so that Close can shake hands.
@@ -157,7 +158,7 @@ func (st *stream) finish(err error) error {
 	close(st.done)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	log := st.srv.log.With("request_id", requestID(st.r.Context()), "sandbox_id", info(st.r.Context()).sandboxID)
+	log := st.srv.log.With("request_id", edge.RequestID(st.r.Context()), "sandbox_id", edge.SandboxID(st.r.Context()))
 	draining := st.srv.drain.Err() != nil
 	clientGone := st.gone || (st.r.Context().Err() != nil && !draining)
 	switch {
@@ -170,7 +171,7 @@ func (st *stream) finish(err error) error {
 		if !st.open {
 			return err
 		}
-		e := st.srv.apiError(st.r, err)
+		e := st.srv.edge.Public(st.r.Context(), err)
 		if e.Code == "internal" {
 			log.Error("stream failed", "err", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/tools"
 )
@@ -25,7 +26,7 @@ const maxToolArgs = 8 << 20
 // in-process with the API key that opened it (internal/tools).
 func (s *Server) newMCP() *tools.HTTPHandler {
 	return tools.NewHTTPHandler(func(r *http.Request) *client.Client {
-		secret, _ := keySecret(r) // authenticated already
+		secret, _ := edge.Secret(r) // authenticated already
 		return s.inProcessClient(secret)
 	}, tools.HTTPOptions{Version: s.version, Log: s.log.With("component", "mcp")})
 }
@@ -35,7 +36,7 @@ func (s *Server) newMCP() *tools.HTTPHandler {
 // to the key that opened it: another key gets 403.
 func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) error {
 	if r.Header.Get("Authorization") == "" { // X-API-Key: auth.RequireBearerToken reads Bearer only
-		secret, err := keySecret(r)
+		secret, err := edge.Secret(r)
 		if err != nil {
 			return err
 		}
@@ -94,7 +95,7 @@ func (s *Server) callTool(w http.ResponseWriter, r *http.Request) error {
 	if bytes.TrimSpace(args)[0] != '{' {
 		return invalid("the body must be the call's arguments: a JSON object")
 	}
-	secret, _ := keySecret(r)
+	secret, _ := edge.Secret(r)
 	res, err := tools.Call(r.Context(), s.inProcessClient(secret), r.PathValue("id"), name, args, nil)
 	if err != nil {
 		return err

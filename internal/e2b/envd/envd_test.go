@@ -1,6 +1,7 @@
 package envd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -34,14 +37,16 @@ func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 
 const testToken = "0123456789abcdef-test-token"
 
-// env is one real sandbox served by an envd Handler behind a test router
-// that, like package e2b's, passes every request to ServeSandbox.
+// env is one real sandbox served by an envd Handler behind the HTTP edge
+// and a test router that, like package e2b's, passes every request to
+// ServeSandbox.
 type env struct {
 	t     testing.TB
 	m     *sandbox.Manager
 	sb    sandbox.Sandbox
 	url   string
 	token string
+	logs  *syncBuffer // the log's warnings and errors, as JSON lines
 }
 
 // testRuntime is the runtime of the tests' sandbox: gVisor, the default
@@ -69,7 +74,9 @@ func newEnv(t testing.TB, opts sandbox.CreateOptions) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &syncBuffer{}
+	warn := &slog.HandlerOptions{Level: slog.LevelWarn}
+	log := slog.New(slog.NewMultiHandler(slog.NewTextHandler(testWriter{t}, warn), slog.NewJSONHandler(logs, warn)))
 	m, err := sandbox.NewManager(context.Background(), sandbox.Config{
 		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st,
 	}, map[string]oci.Runtime{
@@ -87,15 +94,16 @@ func newEnv(t testing.TB, opts sandbox.CreateOptions) *env {
 		m.Close()
 		t.Fatal(err)
 	}
-	h := envd.New(envd.Options{Log: log})
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ed := edge.New(edge.Options{Log: log, Scrub: []string{cfg.DataDir, cfg.RunDir}})
+	h := envd.New(envd.Options{Log: log, Edge: ed})
+	ts := httptest.NewServer(ed.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, err := m.Agent(sb.ID)
 		if err != nil {
 			http.Error(w, `{"code":502,"message":"The sandbox was not found"}`, http.StatusBadGateway)
 			return
 		}
 		h.ServeSandbox(w, r, sb, a, testToken)
-	}))
+	})))
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()
@@ -104,7 +112,7 @@ func newEnv(t testing.TB, opts sandbox.CreateOptions) *env {
 		_ = m.Kill(ctx, sb.ID)
 		m.Close()
 	})
-	return &env{t: t, m: m, sb: sb, url: ts.URL, token: testToken}
+	return &env{t: t, m: m, sb: sb, url: ts.URL, token: testToken, logs: logs}
 }
 
 // sandboxOpts are the tests' sandbox: a global variable, as E2B's
@@ -162,6 +170,24 @@ func wantCode(t *testing.T, err error, code connect.Code) {
 	if connect.CodeOf(err) != code {
 		t.Fatalf("error = %v (code %v), want code %v", err, connect.CodeOf(err), code)
 	}
+}
+
+// syncBuffer is a bytes.Buffer for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 type testWriter struct{ t testing.TB }

@@ -9,29 +9,24 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
-// classes maps Kiln's error classes to Connect codes, as envd answers them.
-var classes = []struct {
-	class  error
-	code   connect.Code
-	status int // for the plain-HTTP endpoints
-}{
-	{errdefs.ErrNotFound, connect.CodeNotFound, http.StatusNotFound},
-	{errdefs.ErrAlreadyExists, connect.CodeAlreadyExists, http.StatusConflict},
-	{errdefs.ErrInvalidArgument, connect.CodeInvalidArgument, http.StatusBadRequest},
-	{errdefs.ErrFailedPrecondition, connect.CodeFailedPrecondition, http.StatusBadRequest},
-	{errdefs.ErrResourceExhausted, connect.CodeResourceExhausted, http.StatusInsufficientStorage},
-	{errdefs.ErrUnauthenticated, connect.CodeUnauthenticated, http.StatusUnauthorized},
-	{errdefs.ErrPermissionDenied, connect.CodePermissionDenied, http.StatusForbidden},
-	{errdefs.ErrUnavailable, connect.CodeUnavailable, http.StatusBadGateway},
-	{errdefs.ErrDeadlineExceeded, connect.CodeDeadlineExceeded, http.StatusGatewayTimeout},
-}
+// envd answers with the error classes of the edge (errdefs' table): a
+// Connect error's code is its class's API code by name (Connect's codes
+// are gRPC's, as api's are), and the plain-HTTP endpoints answer the
+// API's status except where envd's own differ (plainStatus). The message
+// is the error's without the ": <class>" that wrapping added. An
+// unclassified error stays in the log: the client gets the edge's generic
+// message with the request id (scrub, httpError).
 
 // rpcError turns an error from the agent (wrapped in an errdefs class)
 // into a Connect error whose message is the agent's, without the class.
+// An unclassified one becomes an internal error that still wraps err, for
+// scrub to log and replace.
 func rpcError(err error) error {
 	if err == nil {
 		return nil
@@ -46,12 +41,20 @@ func rpcError(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	for _, c := range classes {
-		if errors.Is(err, c.class) {
-			return connect.NewError(c.code, errors.New(message(err, c.class)))
-		}
+	class := errdefs.ClassOf(err)
+	if class == nil {
+		return connect.NewError(connect.CodeInternal, err)
 	}
-	return connect.NewError(connect.CodeInternal, errors.New(errdefs.ClipMessage(err.Error(), maxErrorMessage)))
+	return connect.NewError(connectCode(errdefs.Code(err)), errors.New(message(err, class)))
+}
+
+// connectCode is the Connect code named as the API code c.
+func connectCode(c api.ErrorCode) connect.Code {
+	var code connect.Code
+	if code.UnmarshalText([]byte(c)) != nil {
+		return connect.CodeInternal
+	}
+	return code
 }
 
 // maxErrorMessage bounds an error message a client gets: a backstop for
@@ -61,17 +64,80 @@ const maxErrorMessage = 1024
 // message is err's text without the ": <class>" that wrapping added,
 // at most maxErrorMessage bytes.
 func message(err, class error) string {
-	return errdefs.ClipMessage(strings.TrimSuffix(err.Error(), ": "+class.Error()), maxErrorMessage)
+	msg := err.Error()
+	if class != nil {
+		msg = strings.TrimSuffix(msg, ": "+class.Error())
+	}
+	return errdefs.ClipMessage(msg, maxErrorMessage)
 }
 
-// httpStatus is the status of err on envd's plain-HTTP endpoints.
-func httpStatus(err error) (int, string) {
-	for _, c := range classes {
-		if errors.Is(err, c.class) {
-			return c.status, message(err, c.class)
+// plainStatus is the status of an API code on envd's plain-HTTP
+// endpoints: the API's, but for envd's own 400 for a failed
+// precondition, 507 for exhausted resources (a full disk) and 502 for an
+// unavailable sandbox.
+func plainStatus(c api.ErrorCode) int {
+	switch c {
+	case api.CodeFailedPrecondition:
+		return http.StatusBadRequest
+	case api.CodeResourceExhausted:
+		return http.StatusInsufficientStorage
+	case api.CodeUnavailable:
+		return http.StatusBadGateway
+	}
+	return c.HTTPStatus()
+}
+
+// httpError is the status and message of err on envd's plain-HTTP
+// endpoints.
+func (t *target) httpError(ctx context.Context, err error) (int, string) {
+	class := errdefs.ClassOf(err)
+	if class == nil {
+		return http.StatusInternalServerError, t.edge.Internal(ctx, err).Message
+	}
+	return plainStatus(errdefs.Code(err)), t.edge.Scrub(message(err, class))
+}
+
+// scrub applies the edge's rules to envd's Connect errors: an internal
+// (or unknown) error's text goes to the log and the client gets the
+// generic message with the request id; other messages name no host
+// directory.
+type scrub struct{ edge *edge.Edge }
+
+func (s scrub) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		return res, s.error(ctx, err)
+	}
+}
+
+func (s scrub) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (s scrub) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return s.error(ctx, next(ctx, conn))
+	}
+}
+
+func (s scrub) error(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	code := connect.CodeOf(err)
+	ce, ok := errors.AsType[*connect.Error](err)
+	switch {
+	case code == connect.CodeInternal || code == connect.CodeUnknown:
+		if ok && ce.Unwrap() != nil {
+			err = ce.Unwrap()
+		}
+		return connect.NewError(code, errors.New(s.edge.Internal(ctx, err).Message))
+	case ok:
+		if msg := s.edge.Scrub(ce.Message()); msg != ce.Message() {
+			return connect.NewError(code, errors.New(msg))
 		}
 	}
-	return http.StatusInternalServerError, errdefs.ClipMessage(err.Error(), maxErrorMessage)
+	return err
 }
 
 // is reports whether err is a Connect error with code.

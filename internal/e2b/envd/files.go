@@ -54,7 +54,7 @@ func (t *target) downloadable(ctx context.Context, user, p string) (api.FileInfo
 	case errors.Is(err, errdefs.ErrNotFound):
 		return fi, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", errdefs.Clip(p))
 	case err != nil:
-		status, msg := httpStatus(err)
+		status, msg := t.httpError(ctx, err)
 		return fi, status, msg
 	case fi.Type == api.FileDir:
 		return fi, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", errdefs.Clip(fi.Path))
@@ -99,7 +99,8 @@ func (t *target) send(w http.ResponseWriter, r *http.Request, user string, fi ap
 		for _, k := range []string{"Content-Length", "Content-Encoding", "Content-Disposition", "Last-Modified"} {
 			hd.Del(k)
 		}
-		writeAgentError(w, err)
+		status, msg := t.httpError(r.Context(), err)
+		writeError(w, status, msg)
 		return nil
 	}
 	return err
@@ -272,7 +273,7 @@ func (u *uploader) write(r *http.Request, target string, body io.Reader) (int, s
 	case in.err != nil:
 		return http.StatusBadRequest, fmt.Sprintf("error reading the upload: %v", in.err)
 	case err != nil:
-		return httpStatus(err)
+		return u.t.httpError(r.Context(), err)
 	}
 	for _, e := range u.written {
 		if e.Path == fi.Path {
@@ -351,9 +352,4 @@ func fileNameWithPath(disposition string) string {
 		return ""
 	}
 	return params["filename"]
-}
-
-func writeAgentError(w http.ResponseWriter, err error) {
-	status, msg := httpStatus(err)
-	writeError(w, status, msg)
 }

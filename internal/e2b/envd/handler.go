@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/filesystem/filesystemconnect"
 	"github.com/kiln-sh/kiln/internal/e2b/envd/spec/process/processconnect"
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -17,6 +18,10 @@ import (
 // Options configure a Handler.
 type Options struct {
 	Log *slog.Logger
+	// Edge is the server's HTTP edge: what a client may see of an error
+	// (an unclassified one is logged and replaced by a generic message).
+	// nil: no log, no host directories to scrub.
+	Edge *edge.Edge
 	// OutputLimit caps the output the agent delivers per process (E2B
 	// has no cap; the agent's own default is 16 MiB); 0 means
 	// DefaultOutputLimit.
@@ -38,6 +43,7 @@ const DefaultOutputLimit = 1 << 30
 // resolves which one.
 type Handler struct {
 	log      *slog.Logger
+	edge     *edge.Edge
 	outLimit int64
 	mux      *http.ServeMux
 	watchers *watchers
@@ -51,10 +57,10 @@ func New(o Options) *Handler {
 	if o.OutputLimit <= 0 {
 		o.OutputLimit = DefaultOutputLimit
 	}
-	h := &Handler{log: o.Log, outLimit: o.OutputLimit, mux: http.NewServeMux(), watchers: newWatchers()}
-	limit := connect.WithReadMaxBytes(maxMessage)
-	h.mux.Handle(processconnect.NewProcessHandler(processService{h}, limit))
-	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}, limit))
+	h := &Handler{log: o.Log, edge: o.Edge, outLimit: o.OutputLimit, mux: http.NewServeMux(), watchers: newWatchers()}
+	opts := connect.WithHandlerOptions(connect.WithReadMaxBytes(maxMessage), connect.WithInterceptors(scrub{o.Edge}))
+	h.mux.Handle(processconnect.NewProcessHandler(processService{h}, opts))
+	h.mux.Handle(filesystemconnect.NewFilesystemHandler(filesystemService{h}, opts))
 	h.mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	h.mux.HandleFunc("GET /envs", h.envs)
 	h.mux.HandleFunc("GET /files", h.download)
@@ -74,7 +80,7 @@ func (h *Handler) ServeSandbox(w http.ResponseWriter, r *http.Request, sb sandbo
 		writeError(w, http.StatusUnauthorized, msg)
 		return
 	}
-	ctx := context.WithValue(r.Context(), targetKey{}, &target{sb: sb, agent: a})
+	ctx := context.WithValue(r.Context(), targetKey{}, &target{sb: sb, agent: a, edge: h.edge})
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -99,6 +105,7 @@ func cors(w http.ResponseWriter, r *http.Request) bool {
 type target struct {
 	sb    sandbox.Sandbox
 	agent *sandbox.Agent
+	edge  *edge.Edge
 }
 
 type targetKey struct{}

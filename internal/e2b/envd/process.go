@@ -87,7 +87,7 @@ func startError(ctx context.Context, t *target, p wire.ExecParams, err error) er
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrInvalidArgument),
 		errors.Is(err, errdefs.ErrPermissionDenied), errors.Is(err, errdefs.ErrFailedPrecondition):
-		return rpcErrorf(connect.CodeInvalidArgument, "error starting process: %s", message(err, classOf(err)))
+		return rpcErrorf(connect.CodeInvalidArgument, "error starting process: %s", message(err, errdefs.ClassOf(err)))
 	}
 	return rpcError(err)
 }
@@ -312,16 +312,6 @@ func (t *target) ended(ctx context.Context, pid int, err error) error {
 		}
 	}
 	return rpcError(err)
-}
-
-// classOf returns err's errdefs class, or nil.
-func classOf(err error) error {
-	for _, c := range classes {
-		if errors.Is(err, c.class) {
-			return c.class
-		}
-	}
-	return nil
 }
 
 func clampSize(v uint32, def uint16) uint16 {

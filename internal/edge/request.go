@@ -1,4 +1,4 @@
-package server
+package edge
 
 import (
 	"context"
@@ -11,45 +11,94 @@ import (
 	"github.com/kiln-sh/kiln/internal/apikey"
 )
 
-// reqInfo is what the middleware learns about a request as it is served.
-type reqInfo struct {
-	id        string
-	key       *apikey.Key // set by authenticate
-	sandboxID string      // set by handlers of sandbox routes
+// info is what the edge learns about a request as it is served.
+type info struct {
+	id           string
+	method, path string
+	key          *apikey.Key // set by Authenticate
+	sandboxID    string      // set by Annotate
 	// credentialed: a sandbox's token or a URL signature authorized the
-	// request (admit); anon: it holds an anonymous slot.
+	// request (Admit); anon: it holds an anonymous slot.
 	credentialed, anon bool
 	body               *deadlineBody // nil for requests without a body
 }
 
-type ctxKey struct{}
+type infoKey struct{}
 
-func info(ctx context.Context) *reqInfo {
-	if ri, ok := ctx.Value(ctxKey{}).(*reqInfo); ok {
-		return ri
-	}
-	return &reqInfo{}
+// infoOf returns the info of a request served through Handler (or
+// Begin), else nil.
+func infoOf(ctx context.Context) *info {
+	ri, _ := ctx.Value(infoKey{}).(*info)
+	return ri
 }
 
-func requestID(ctx context.Context) string { return info(ctx).id }
+// RequestID is the id of the request ctx belongs to (its X-Request-Id);
+// "" outside a request served through Handler.
+func RequestID(ctx context.Context) string {
+	if ri := infoOf(ctx); ri != nil {
+		return ri.id
+	}
+	return ""
+}
 
-// observe gives every request an id (X-Request-Id), records its status,
-// logs it and measures it by route pattern.
-func (s *Server) observe(next http.Handler) http.Handler {
+// Key is the API key the request of ctx authenticated with (the zero Key
+// if none).
+func Key(ctx context.Context) apikey.Key {
+	if ri := infoOf(ctx); ri != nil && ri.key != nil {
+		return *ri.key
+	}
+	return apikey.Key{}
+}
+
+// Annotate tells the request log which sandbox r is about.
+func Annotate(r *http.Request, sandboxID string) {
+	if ri := infoOf(r.Context()); ri != nil {
+		ri.sandboxID = sandboxID
+	}
+}
+
+// SandboxID is the sandbox the request of ctx was annotated with.
+func SandboxID(ctx context.Context) string {
+	if ri := infoOf(ctx); ri != nil {
+		return ri.sandboxID
+	}
+	return ""
+}
+
+// StreamBody tells r's body deadline that the body is a stream (a
+// command's stdin, an exposed port's upload), which may pause but not
+// stall: any byte extends it.
+func StreamBody(r *http.Request) {
+	if b, ok := r.Body.(*deadlineBody); ok {
+		b.SetStreaming()
+	}
+}
+
+// Begin gives r a new request id and the edge's request info; Handler
+// does it for every request (and End ends it).
+func (e *Edge) Begin(r *http.Request) *http.Request {
+	ri := &info{id: newRequestID(), method: r.Method, path: r.URL.Path}
+	return r.WithContext(context.WithValue(r.Context(), infoKey{}, ri))
+}
+
+// Handler serves next behind the edge: every request gets an id
+// (X-Request-Id) and a body deadline; its status is recorded, logged and
+// measured by route pattern.
+func (e *Edge) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ri := &reqInfo{id: newRequestID()}
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, ri))
+		r = e.Begin(r)
+		ri := infoOf(r.Context())
 		w.Header().Set("X-Request-Id", ri.id)
 		if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-			ri.body = newDeadlineBody(r.Body, w, s.edge.BodyTimeout)
+			ri.body = newDeadlineBody(r.Body, w, e.cfg.BodyTimeout)
 			r.Body = ri.body
 		}
 		rec := &recorder{ResponseWriter: w, ri: ri}
 		// Logged even when a handler aborts with http.ErrAbortHandler.
 		defer func() {
-			s.done(r.Context(), ri)
-			s.logRequest(r, rec, ri, time.Since(start))
+			e.End(r)
+			e.logRequest(r, rec, ri, time.Since(start))
 		}()
 		next.ServeHTTP(rec, r) // the mux sets r.Pattern
 		if ri.body.unread() {
@@ -61,7 +110,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) logRequest(r *http.Request, rec *recorder, ri *reqInfo, d time.Duration) {
+func (e *Edge) logRequest(r *http.Request, rec *recorder, ri *info, d time.Duration) {
 	status := rec.status
 	if status == 0 {
 		status = http.StatusOK
@@ -73,7 +122,7 @@ func (s *Server) logRequest(r *http.Request, rec *recorder, ri *reqInfo, d time.
 	if route == "" || route == "/" {
 		route = "unmatched"
 	}
-	s.metrics.ObserveRequest(route, status, d)
+	e.metrics.ObserveRequest(route, status, d)
 	attrs := []slog.Attr{
 		slog.String("request_id", ri.id), slog.String("method", r.Method), slog.String("route", route),
 		slog.String("path", r.URL.Path), slog.Int("status", status), slog.Int64("bytes", rec.bytes),
@@ -85,7 +134,7 @@ func (s *Server) logRequest(r *http.Request, rec *recorder, ri *reqInfo, d time.
 	if ri.key != nil {
 		attrs = append(attrs, slog.String("key_id", ri.key.ID))
 	}
-	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
+	e.log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 func newRequestID() string {
@@ -99,7 +148,7 @@ func newRequestID() string {
 // connection's Flush and Hijack.
 type recorder struct {
 	http.ResponseWriter
-	ri       *reqInfo
+	ri       *info
 	status   int
 	bytes    int64
 	hijacked bool
@@ -108,7 +157,7 @@ type recorder struct {
 // WriteHeader also applies the edge's rules to the first final status:
 // a request whose body timed out is answered 408 (whatever error the
 // handler made of it), and the connection is closed after a 401 or when
-// the body was not read to its end (see edge.go).
+// the body was not read to its end (see conn.go).
 func (w *recorder) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 { // 1xx are not final
 		if b := w.ri.body; b != nil && b.timedOut.Load() && code >= 400 {
@@ -142,9 +191,9 @@ func (w *recorder) Unwrap() http.ResponseWriter {
 	return w.ResponseWriter
 }
 
-// started reports whether a response has begun, so an error can no
+// Started reports whether a response has begun, so an error can no
 // longer be sent as a status.
-func started(w http.ResponseWriter) bool {
+func Started(w http.ResponseWriter) bool {
 	for {
 		switch t := w.(type) {
 		case *recorder:
@@ -157,8 +206,8 @@ func started(w http.ResponseWriter) bool {
 	}
 }
 
-// markHijacked records that the connection was taken over (WebSocket).
-func markHijacked(w http.ResponseWriter) {
+// Hijacked records that the connection was taken over (WebSocket).
+func Hijacked(w http.ResponseWriter) {
 	if rec, ok := w.(*recorder); ok {
 		rec.hijacked = true
 	}
