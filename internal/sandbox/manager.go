@@ -243,10 +243,11 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err != nil {
 		return Sandbox{}, err
 	}
-	var tmpl *template.Template
-	tmpl, err = template.Lookup(m.cfg.DataDir, opts.Template)
-	if err != nil {
-		return Sandbox{}, err
+	tmpl := opts.TemplateBuild
+	if tmpl == nil {
+		if tmpl, err = template.Lookup(m.cfg.DataDir, opts.Template); err != nil {
+			return Sandbox{}, err
+		}
 	}
 	d := tmpl.Defaults
 	limits, err := limitsFor(opts.Limits, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
@@ -619,4 +620,16 @@ func validateVars(what string, vars map[string]string, envName bool) error {
 		}
 	}
 	return nil
+}
+
+// UpperDir is the overlay upper dir of live sandbox id: what it has
+// written to its root filesystem (the template builder captures it).
+func (m *Manager) UpperDir(id ID) (string, error) {
+	m.mu.Lock()
+	b, ok := m.boxes[id]
+	m.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return rootfs.Upper(filepath.Join(b.dir, layerDir)), nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // Limits are one sandbox's resource limits.
@@ -75,10 +76,14 @@ func (s Sandbox) Ended(state State, reason string, at time.Time) Sandbox {
 // or the server's defaults.
 type CreateOptions struct {
 	Template string
-	Runtime  string // runsc or runc
-	Limits   Limits
-	Env      map[string]string
-	Metadata map[string]string
+	// TemplateBuild, when set, is the template to make the sandbox from,
+	// given directly instead of by name (Template is then ignored): the
+	// template builder's build sandboxes run on a build in progress.
+	TemplateBuild *template.Template
+	Runtime       string // runsc or runc
+	Limits        Limits
+	Env           map[string]string
+	Metadata      map[string]string
 	// Timeout is how long the sandbox lives unless extended; 0 means the
 	// server's default.
 	Timeout time.Duration
