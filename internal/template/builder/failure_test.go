@@ -2,12 +2,14 @@ package builder_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
@@ -104,5 +106,59 @@ func TestBuildRestart(t *testing.T) {
 	}
 	if n := e.liveBuildSandboxes(); n != 0 {
 		t.Errorf("%d build sandboxes left running", n)
+	}
+}
+
+// Builds over the per-key or total limit are refused with
+// resource_exhausted; closing the builder fails a running build and kills
+// its sandbox; its log stays readable from any offset.
+func TestBuildLimitsAndClose(t *testing.T) {
+	e := newEnv(t, "runsc")
+	e.cfg.MaxPerOwner, e.cfg.MaxConcurrent = 1, 1
+	b := e.open()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	slow, err := b.Start(ctx, "erin", "slow", api.TemplateSpec{From: api.TemplateBase{Template: "base"},
+		Steps: []api.TemplateStep{{Type: api.StepRun, Args: []string{"echo started; sleep 300"}}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errSeen := errors.New("seen")
+	err = b.Logs(ctx, slow.ID, 0, true, func(le builder.LogEntry) error {
+		if le.Message == "started" {
+			return errSeen
+		}
+		return nil
+	})
+	if !errors.Is(err, errSeen) {
+		t.Fatalf("following the log until the step's output: %v", err)
+	}
+	cheap := api.TemplateSpec{From: api.TemplateBase{Template: "base"}}
+	if _, err := b.Start(ctx, "erin", "other", cheap, false); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "for this key") {
+		t.Errorf("a second build of the key: %v, want resource_exhausted", err)
+	}
+	if _, err := b.Start(ctx, "frank", "other", cheap, false); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "this server allows") {
+		t.Errorf("a build over the total: %v, want resource_exhausted", err)
+	}
+	if n := e.liveBuildSandboxes(); n != 1 {
+		t.Errorf("%d build sandboxes while the step runs, want 1", n)
+	}
+	b.Close()
+	got, err := b.Get(ctx, slow.ID)
+	if err != nil || got.Status != template.BuildError || !strings.HasPrefix(got.Reason, "step 1 (RUN): kiln serve stopped during the build") {
+		t.Errorf("after Close: %s %q, %v", got.Status, got.Reason, err)
+	}
+	if n := e.liveBuildSandboxes(); n != 0 {
+		t.Errorf("%d build sandboxes left after Close", n)
+	}
+	if _, err := b.Start(ctx, "frank", "other", cheap, false); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Start after Close: %v, want unavailable", err)
+	}
+	var all, tail []builder.LogEntry
+	_ = b.Logs(ctx, slow.ID, 0, false, func(le builder.LogEntry) error { all = append(all, le); return nil })
+	_ = b.Logs(ctx, slow.ID, 2, true, func(le builder.LogEntry) error { tail = append(tail, le); return nil })
+	if len(all) < 4 || len(tail) != len(all)-2 || tail[0].Message != all[2].Message ||
+		!strings.HasPrefix(all[len(all)-1].Message, "build failed: step 1 (RUN)") || all[len(all)-1].Level != "error" || all[len(all)-1].Step != 0 {
+		t.Errorf("log after the end: %d entries, from offset 2: %d%s", len(all), len(tail), lines(all))
 	}
 }
