@@ -56,7 +56,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	}
 	runtimes := strings.Split(*rts, ",")
 	rep := bench.NewReport(strings.Join(append([]string{"kiln", "bench"}, args...), " "))
-	m, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
+	m, im, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		rep.Add("code_interpreter", res)
 	}
 	if *warm && slices.Contains(runtimes, "runsc") {
-		res, err := bench.Warm(ctx, m, "code-interpreter", *warmN, os.Stderr)
+		res, err := bench.Warm(ctx, m, im, "code-interpreter", *warmN, os.Stderr)
 		if err != nil {
 			return err
 		}
@@ -134,7 +134,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			}
 			o.Sizes = append(o.Sizes, n)
 		}
-		res, err := bench.Snapshots(ctx, m, o, os.Stderr)
+		res, err := bench.Snapshots(ctx, m, im, o, os.Stderr)
 		if err != nil {
 			return err
 		}

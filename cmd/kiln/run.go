@@ -116,7 +116,7 @@ func runCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []str
 	}
 	opts.Env = env
 
-	m, _, closeManager, err := privateManager(ctx, cfg, log, "run-")
+	m, _, _, closeManager, err := privateManager(ctx, cfg, log, "run-")
 	if err != nil {
 		return err
 	}
@@ -197,26 +197,34 @@ func uploadScript(ctx context.Context, agent *sandbox.Agent, user string, args [
 	return argv, nil
 }
 
-// privateManager is a Manager for one command's own sandboxes (kiln run,
-// kiln bench): a private state dir and an in-memory store, so it never
-// adopts or touches a server's sandboxes; close removes both.
-func privateManager(ctx context.Context, cfg config.Config, log *slog.Logger, prefix string) (*sandbox.Manager, *sqlite.Store, func(), error) {
+// privateManager is a Manager and its Images for one command's own
+// sandboxes (kiln run, kiln bench, warm builds): a private state dir and an
+// in-memory store, so it never adopts or touches a server's sandboxes;
+// close removes both.
+func privateManager(ctx context.Context, cfg config.Config, log *slog.Logger, prefix string) (*sandbox.Manager, *sandbox.Images, *sqlite.Store, func(), error) {
 	stateDir, err := os.MkdirTemp(cfg.DataDir, prefix)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("creating state dir: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("creating state dir: %w", err)
 	}
 	st, err := sqlite.Open(ctx, sqlite.Memory)
 	if err != nil {
 		os.RemoveAll(stateDir)
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: stateDir, Store: st}, runtimes(ctx, cfg), log)
 	if err != nil {
 		st.Close()
 		os.RemoveAll(stateDir)
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return m, st, func() {
+	im, err := sandbox.NewImages(ctx, m)
+	if err != nil {
+		m.Close()
+		st.Close()
+		os.RemoveAll(stateDir)
+		return nil, nil, nil, nil, err
+	}
+	return m, im, st, func() {
 		m.Close()
 		st.Close()
 		os.RemoveAll(stateDir)

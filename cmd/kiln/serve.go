@@ -86,14 +86,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	// Sandboxes keep running: the next start re-adopts them.
 	defer m.Close()
+	im, err := sandbox.NewImages(ctx, m)
+	if err != nil {
+		return err
+	}
 	// Warm checkpoints missing (e.g. after an upgrade of kiln or runsc) are
 	// built in the background; pools fill once their template's is there.
 	warmed := make(chan struct{})
 	go func() {
 		defer close(warmed)
-		m.WarmTemplates(ctx)
+		im.WarmTemplates(ctx)
 		if len(cfg.Server.Pools) > 0 && ctx.Err() == nil {
-			m.StartPools(cfg.Server.Pools)
+			im.StartPools(cfg.Server.Pools)
 		}
 	}()
 	defer func() { <-warmed }()
@@ -111,11 +115,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	mt := metrics.New(m)
+	mt.RegisterImages(im)
 	if nw != nil {
 		mt.RegisterNetwork(m)
 	}
 	h := server.New(server.Options{
-		Manager: m, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
+		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B: &e2b.Options{Secret: secret},
 	})
 	// Header and idle timeouts, and the cap on pending connections

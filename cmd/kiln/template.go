@@ -76,13 +76,13 @@ func templateCmd(ctx context.Context, cfg config.Config, args []string) error {
 // kiln-agent, unless it exists.
 func buildWarm(ctx context.Context, cfg config.Config, name string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, _, closeManager, err := privateManager(ctx, cfg, log, "warm-")
+	_, im, _, closeManager, err := privateManager(ctx, cfg, log, "warm-")
 	if err != nil {
 		return fmt.Errorf("warm checkpoint of %s: %w", name, err)
 	}
 	defer closeManager()
 	start := time.Now()
-	c, err := m.BuildWarm(ctx, name)
+	c, err := im.BuildWarm(ctx, name)
 	if err != nil {
 		return fmt.Errorf("warm checkpoint of %s: %w", name, err)
 	}

@@ -28,9 +28,9 @@ type SnapshotSize struct {
 	Pause         Dist  `json:"pause"`          // Manager.Pause: checkpoint to disk, container destroyed
 	Resume        Dist  `json:"resume"`         // Manager.Resume: restore and a new agent session
 	ResumeFirst   Dist  `json:"resume_first"`   // resume → first `true` done
-	Fork1         Dist  `json:"fork_1"`         // Manager.Fork into 1, all running
-	Fork4         Dist  `json:"fork_4"`         // Manager.Fork into 4, all running
-	Snapshot      Dist  `json:"snapshot"`       // Manager.Snapshot (source keeps running)
+	Fork1         Dist  `json:"fork_1"`         // Images.Fork into 1, all running
+	Fork4         Dist  `json:"fork_4"`         // Images.Fork into 4, all running
+	Snapshot      Dist  `json:"snapshot"`       // Images.Snapshot (source keeps running)
 	SnapshotBytes int64 `json:"snapshot_bytes"` // disk a snapshot takes (memory image + written disk blocks)
 	FromSnapshot  Dist  `json:"from_snapshot"`  // Create{Snapshot}, running
 }
@@ -46,11 +46,11 @@ type SnapshotOptions struct {
 // Snapshots measures pause, resume, fork and snapshot of runsc sandboxes
 // holding each working set (random bytes, so the memory image cannot be
 // compressed away).
-func Snapshots(ctx context.Context, m *sandbox.Manager, o SnapshotOptions, progress io.Writer) (*SnapshotResult, error) {
+func Snapshots(ctx context.Context, m *sandbox.Manager, im *sandbox.Images, o SnapshotOptions, progress io.Writer) (*SnapshotResult, error) {
 	r := &SnapshotResult{Samples: o.Samples}
 	for _, ws := range o.Sizes {
 		fmt.Fprintf(progress, "bench: snapshots with a %s working set\n", mib(ws))
-		s, err := snapshotSize(ctx, m, ws, o)
+		s, err := snapshotSize(ctx, m, im, ws, o)
 		if err != nil {
 			return nil, fmt.Errorf("working set %s: %w", mib(ws), err)
 		}
@@ -59,7 +59,7 @@ func Snapshots(ctx context.Context, m *sandbox.Manager, o SnapshotOptions, progr
 	return r, nil
 }
 
-func snapshotSize(ctx context.Context, m *sandbox.Manager, ws int64, o SnapshotOptions) (_ *SnapshotSize, err error) {
+func snapshotSize(ctx context.Context, m *sandbox.Manager, im *sandbox.Images, ws int64, o SnapshotOptions) (_ *SnapshotSize, err error) {
 	s := &SnapshotSize{WorkingSet: ws, MemoryLimit: (ws + ws/4 + 256<<20) >> 20 << 20}
 	sb, err := m.Create(ctx, sandbox.CreateOptions{Template: "base", Runtime: "runsc", Timeout: time.Hour,
 		Limits: sandbox.Limits{MemoryBytes: s.MemoryLimit}})
@@ -99,7 +99,7 @@ func snapshotSize(ctx context.Context, m *sandbox.Manager, ws int64, o SnapshotO
 		var ds []time.Duration
 		for range min(o.Samples, 2) {
 			t0 := time.Now()
-			sbs, err := m.Fork(ctx, sb.ID, n, sandbox.Quota{})
+			sbs, err := im.Fork(ctx, sb.ID, n, sandbox.Quota{})
 			if err != nil {
 				return Dist{}, fmt.Errorf("fork into %d: %w", n, err)
 			}
@@ -123,13 +123,13 @@ func snapshotSize(ctx context.Context, m *sandbox.Manager, ws int64, o SnapshotO
 	for i := range min(o.Samples, 2) {
 		name := fmt.Sprintf("bench-%d-%d", ws>>20, i)
 		t0 := time.Now()
-		snap, err := m.Snapshot(ctx, sb.ID, name)
+		snap, err := im.Snapshot(ctx, sb.ID, name)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot: %w", err)
 		}
 		snaps = append(snaps, time.Since(t0))
 		s.SnapshotBytes = snap.SizeBytes
-		defer m.DeleteSnapshot(context.WithoutCancel(ctx), "", name)
+		defer im.DeleteSnapshot(context.WithoutCancel(ctx), "", name)
 	}
 	for range o.Samples {
 		t0 := time.Now()

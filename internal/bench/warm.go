@@ -37,10 +37,10 @@ type WarmResult struct {
 // Warm measures creates of the template (code-interpreter) on runsc:
 // n cold, n from its warm checkpoint (built first if missing) and n from
 // a pool of one, each followed by a first `1+1`.
-func Warm(ctx context.Context, m *sandbox.Manager, tmpl string, n int, progress io.Writer) (*WarmResult, error) {
+func Warm(ctx context.Context, m *sandbox.Manager, im *sandbox.Images, tmpl string, n int, progress io.Writer) (*WarmResult, error) {
 	r := &WarmResult{Template: tmpl, Samples: n}
 	fmt.Fprintf(progress, "bench: warm checkpoint of %s\n", tmpl)
-	c, err := m.BuildWarm(ctx, tmpl)
+	c, err := im.BuildWarm(ctx, tmpl)
 	if err != nil {
 		return nil, err
 	}
@@ -104,11 +104,11 @@ func Warm(ctx context.Context, m *sandbox.Manager, tmpl string, n int, progress 
 	r.WarmCreate, r.WarmFirst = dist(wc), dist(wf)
 
 	fmt.Fprintf(progress, "bench: %d creates of %s from a pool of 1\n", 2*n, tmpl)
-	m.StartPools(map[string]int{tmpl: 1})
-	defer m.StopPools()
+	im.StartPools(map[string]int{tmpl: 1})
+	defer im.StopPools()
 	var pc, pf, ec, ef []time.Duration
 	for i := range 2 * n {
-		if err := waitPool(ctx, m, tmpl); err != nil {
+		if err := waitPool(ctx, im, tmpl); err != nil {
 			return nil, err
 		}
 		opts := sandbox.CreateOptions{}
@@ -126,7 +126,7 @@ func Warm(ctx context.Context, m *sandbox.Manager, tmpl string, n int, progress 
 		}
 	}
 	r.PoolCreate, r.PoolFirst, r.PoolEnv, r.PoolEnvFirst = dist(pc), dist(pf), dist(ec), dist(ef)
-	for _, s := range m.PoolStats() {
+	for _, s := range im.PoolStats() {
 		if s.Template == tmpl && s.Hits+s.Misses > 0 {
 			r.PoolHitRate = float64(s.Hits) / float64(s.Hits+s.Misses)
 		}
@@ -135,11 +135,11 @@ func Warm(ctx context.Context, m *sandbox.Manager, tmpl string, n int, progress 
 }
 
 // waitPool waits until the template's pool is full.
-func waitPool(ctx context.Context, m *sandbox.Manager, tmpl string) error {
+func waitPool(ctx context.Context, im *sandbox.Images, tmpl string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for {
-		for _, s := range m.PoolStats() {
+		for _, s := range im.PoolStats() {
 			if s.Template == tmpl && s.Ready >= s.Target {
 				return nil
 			}

@@ -23,7 +23,7 @@ type forkResult struct {
 }
 
 // fork is POST /sandboxes/{id}/fork: count sandboxes that continue from
-// the running sandbox's state (sandbox.Manager.Fork: gVisor only), each
+// the running sandbox's state (sandbox.Images.Fork: gVisor only), each
 // living timeout seconds.
 func (h *Handler) fork(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var req forkRequest
@@ -44,7 +44,7 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request, c Caller) error {
 	if sb.State != sandbox.StateRunning {
 		return fmt.Errorf("sandbox %s is %s; only a running sandbox can be forked: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
 	}
-	forks, err := h.m.Fork(r.Context(), sb.ID, count, c.Quota)
+	forks, err := h.im.Fork(r.Context(), sb.ID, count, c.Quota)
 	if err != nil {
 		return fmt.Errorf("forking sandbox: %w", err)
 	}

@@ -12,10 +12,12 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// Options wire a Handler. internal/server fills in Manager, Log and
-// Edge; kiln serve supplies Secret (and the networking code PortProxy).
+// Options wire a Handler. internal/server fills in Manager, Images, Log
+// and Edge; kiln serve supplies Secret (and the networking code PortProxy).
 type Options struct {
 	Manager *sandbox.Manager
+	// Images serves snapshots and forks: the Manager's Images.
+	Images *sandbox.Images
 	// Secret keys the sandboxes' envd access tokens (see AccessToken).
 	Secret []byte
 	Log    *slog.Logger
@@ -50,6 +52,7 @@ type Caller struct {
 type Handler struct {
 	o       Options
 	m       *sandbox.Manager
+	im      *sandbox.Images
 	log     *slog.Logger
 	envd    *envd.Handler
 	control *mux
@@ -67,8 +70,8 @@ func New(o Options) *Handler {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{
-		o: o, m: o.Manager, log: o.Log.With("component", "e2b"),
-		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd"), Edge: o.Edge}),
+		o: o, m: o.Manager, im: o.Images, log: o.Log.With("component", "e2b"),
+		envd:    envd.New(envd.Options{Log: o.Log.With("component", "envd")}),
 		control: newMux(), jupyter: newMux(),
 		usage: newCPUSampler(), edge: o.Edge,
 	}

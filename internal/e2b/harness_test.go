@@ -72,7 +72,7 @@ func newHarness(t testing.TB, templates ...string) *harness {
 	if !ok {
 		t.Fatalf("the test store %T keeps no API keys", cfg.Store)
 	}
-	m := sandboxtest.NewManager(t, cfg)
+	m, im := sandboxtest.NewManagerImages(t, cfg)
 	secret, err := e2b.LoadSecret(filepath.Join(t.TempDir(), "e2b.secret"))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func newHarness(t testing.TB, templates ...string) *harness {
 	}
 	h.serve = func() *httptest.Server {
 		srv := server.New(server.Options{
-			Manager: m, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
+			Manager: m, Images: im, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
 			Config: cfg.Config, Version: "test", E2B: &e2b.Options{Secret: secret},
 		})
 		ts := httptest.NewServer(srv)

@@ -178,14 +178,14 @@ func newCountingHarness(t *testing.T) (*harness, *countingStore) {
 	keys := cfg.Store.(apikey.Store)
 	counted := &countingStore{Store: cfg.Store}
 	cfg.Store = counted
-	m := sandboxtest.NewManager(t, cfg)
+	m, im := sandboxtest.NewManagerImages(t, cfg)
 	counted.take() // whatever starting the Manager read
 	secret, err := e2b.LoadSecret(filepath.Join(t.TempDir(), "e2b.secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := server.New(server.Options{
-		Manager: m, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
+		Manager: m, Images: im, Keys: keys, Log: slog.New(slog.NewTextHandler(newTestWriter(t), nil)), Metrics: metrics.New(m),
 		Config: cfg.Config, Version: "test", E2B: &e2b.Options{Secret: secret},
 	})
 	ts := httptest.NewServer(srv)

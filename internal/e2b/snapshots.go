@@ -11,7 +11,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// E2B's snapshots are Kiln's named snapshots (sandbox.Manager.Snapshot):
+// E2B's snapshots are Kiln's named snapshots (sandbox.Images.Snapshot):
 // the snapshot's name is its snapshotID, which Sandbox.create takes as a
 // templateID and Sandbox.deleteSnapshot deletes as a template.
 
@@ -43,7 +43,7 @@ func (h *Handler) createSnapshot(w http.ResponseWriter, r *http.Request, c Calle
 	if req.Name == "" {
 		req.Name = "snapshot-" + sandbox.NewID().String()
 	}
-	snap, err := h.m.Snapshot(r.Context(), sb.ID, req.Name)
+	snap, err := h.im.Snapshot(r.Context(), sb.ID, req.Name)
 	if err != nil {
 		return fmt.Errorf("taking snapshot: %w", err)
 	}
@@ -59,7 +59,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c Caller
 	if err != nil {
 		return err
 	}
-	snaps, err := h.m.Snapshots(r.Context(), c.Owner)
+	snaps, err := h.im.Snapshots(r.Context(), c.Owner)
 	if err != nil {
 		return fmt.Errorf("listing snapshots: %w", err)
 	}
@@ -90,7 +90,7 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c Caller
 // (Kiln's templates are managed with kiln template).
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request, c Caller) error {
 	name := r.PathValue("id")
-	err := h.m.DeleteSnapshot(r.Context(), c.Owner, name)
+	err := h.im.DeleteSnapshot(r.Context(), c.Owner, name)
 	if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
 		return fmt.Errorf("snapshot '%s' not found: %w", errdefs.ClipN(name, 64), errdefs.ErrNotFound)
 	}
@@ -107,7 +107,7 @@ func (h *Handler) fromSnapshot(ctx context.Context, opts *sandbox.CreateOptions,
 	if _, ok := templates[name]; ok || sandbox.ValidSnapshotName(name) != nil {
 		return
 	}
-	if _, err := h.m.GetSnapshot(ctx, opts.Owner, name); err == nil {
+	if _, err := h.im.GetSnapshot(ctx, opts.Owner, name); err == nil {
 		// The snapshot fixes template and network; the SDKs send
 		// allowInternetAccess on every create, so it is not a request.
 		opts.Snapshot, opts.Template, opts.Network = name, "", nil

@@ -65,10 +65,7 @@ func New(src Source) *Metrics {
 	if src != nil {
 		m.reg.MustRegister(&sandboxCollector{src: src})
 	}
-	m.ops = registerOps(m.reg, src)
-	if ps, ok := src.(PoolSource); ok {
-		m.reg.MustRegister(&poolCollector{src: ps})
-	}
+	m.ops = registerOps(m.reg)
 	return m
 }
 

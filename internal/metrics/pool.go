@@ -6,13 +6,26 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// PoolSource reports the warm pools; *sandbox.Manager is the one real
+// PoolSource reports the warm pools; *sandbox.Images is the one real
 // implementation.
 type PoolSource interface {
 	PoolStats() []sandbox.PoolStat
 }
 
-var _ PoolSource = (*sandbox.Manager)(nil)
+// ImageSource reports the pools and snapshots: *sandbox.Images.
+type ImageSource interface {
+	PoolSource
+	SnapshotSource
+}
+
+var _ ImageSource = (*sandbox.Images)(nil)
+
+// RegisterImages adds the collectors of the pools and snapshots.
+func (m *Metrics) RegisterImages(src ImageSource) {
+	if m != nil {
+		m.reg.MustRegister(&poolCollector{src: src}, &snapshotCollector{src: src})
+	}
+}
 
 var (
 	poolSizeDesc   = prometheus.NewDesc("kiln_pool_size", "Ready sandboxes in a template's pool.", []string{"template"}, nil)

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -10,16 +11,20 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// poolSource is a Manager with pools.
+// poolSource is an Images with pools (and no snapshots).
 type poolSource struct {
-	fakeSource
 	stats []sandbox.PoolStat
 }
 
 func (p poolSource) PoolStats() []sandbox.PoolStat { return p.stats }
 
+func (p poolSource) SnapshotStats(context.Context) (sandbox.SnapshotStats, error) {
+	return sandbox.SnapshotStats{}, nil
+}
+
 func TestPoolMetrics(t *testing.T) {
-	m := metrics.New(poolSource{stats: []sandbox.PoolStat{
+	m := metrics.New(fakeSource{})
+	m.RegisterImages(poolSource{stats: []sandbox.PoolStat{
 		{Template: "base", Ready: 3, Target: 4, Hits: 10, Misses: 2},
 		{Template: "code-interpreter", Ready: 2, Target: 2},
 	}})

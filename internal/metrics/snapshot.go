@@ -9,13 +9,11 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// SnapshotSource reports this node's snapshots; *sandbox.Manager is the
+// SnapshotSource reports this node's snapshots; *sandbox.Images is the
 // one real implementation.
 type SnapshotSource interface {
 	SnapshotStats(ctx context.Context) (sandbox.SnapshotStats, error)
 }
-
-var _ SnapshotSource = (*sandbox.Manager)(nil)
 
 var (
 	snapshotsDesc     = prometheus.NewDesc("kiln_snapshots", "Snapshots kept on this node.", nil, nil)
@@ -49,9 +47,9 @@ type opMetrics struct {
 	errors  *prometheus.CounterVec
 }
 
-// registerOps registers the operation metrics, and the snapshot gauges if
-// src reports snapshots.
-func registerOps(reg *prometheus.Registry, src Source) *opMetrics {
+// registerOps registers the operation metrics (the snapshot gauges come
+// with RegisterImages).
+func registerOps(reg *prometheus.Registry) *opMetrics {
 	o := &opMetrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "kiln_sandbox_operation_seconds", Help: "Time of pause, resume, fork and snapshot operations through the API.",
@@ -62,9 +60,6 @@ func registerOps(reg *prometheus.Registry, src Source) *opMetrics {
 		}, []string{"op", "class"}),
 	}
 	reg.MustRegister(o.latency, o.errors)
-	if ss, ok := src.(SnapshotSource); ok {
-		reg.MustRegister(&snapshotCollector{src: ss})
-	}
 	return o
 }
 

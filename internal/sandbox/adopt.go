@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -43,12 +42,6 @@ func (m *Manager) adopt(ctx context.Context) error {
 		return fmt.Errorf("listing sandbox dirs: %w", err)
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), forkTmpPrefix) { // a fork's snapshot, left by a crash
-			if err := os.RemoveAll(filepath.Join(m.cfg.StateDir, e.Name())); err != nil {
-				m.log.Error("removing stale fork snapshot", "dir", e.Name(), "err", err)
-			}
-			continue
-		}
 		id, err := ParseID(e.Name())
 		if err != nil || !e.IsDir() || live[id] {
 			continue

@@ -9,8 +9,8 @@ import (
 
 // AbandonPools stops filling the pools and forgets their sandboxes without
 // destroying them, as a crash of kiln serve would leave them.
-func (m *Manager) AbandonPools() {
-	p := m.pool()
+func (im *Images) AbandonPools() {
+	p := im.pool()
 	p.mu.Lock()
 	p.closed = true
 	p.cancel()
@@ -21,19 +21,19 @@ func (m *Manager) AbandonPools() {
 
 // LeaveWarmBuildSandbox boots the sandbox a warm build of the template
 // would, and leaves it, as a builder that crashed would.
-func (m *Manager) LeaveWarmBuildSandbox(ctx context.Context, name string) (ID, error) {
-	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+func (im *Images) LeaveWarmBuildSandbox(ctx context.Context, name string) (ID, error) {
+	tmpl, err := template.Lookup(im.cfg.DataDir, name)
 	if err != nil {
 		return "", err
 	}
-	limits, err := m.poolLimits(tmpl)
+	limits, err := im.poolLimits(tmpl)
 	if err != nil {
 		return "", err
 	}
 	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
 		return "", err
 	}
-	b, err := m.hiddenBox(ctx, tmpl, m.runtimes["runsc"], limits, false, tmpl.WarmSandboxDir())
+	b, err := im.core.unlisted(ctx, tmpl, im.runtimes["runsc"], limits, nil, tmpl.WarmSandboxDir())
 	if err != nil {
 		return "", err
 	}
@@ -47,20 +47,22 @@ func (m *Manager) InjectFaults(f func(path, stage string, id ID) error) { m.faul
 
 // MakePooled brings up an unlisted sandbox of the named template as a pool
 // fill does (warm if it can) and destroys it again.
-func (m *Manager) MakePooled(ctx context.Context, name string) error {
-	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+func (im *Images) MakePooled(ctx context.Context, name string) error {
+	tmpl, err := template.Lookup(im.cfg.DataDir, name)
 	if err != nil {
 		return err
 	}
-	limits, err := m.poolLimits(tmpl)
+	limits, err := im.poolLimits(tmpl)
 	if err != nil {
 		return err
 	}
-	b, err := m.hiddenBox(ctx, tmpl, m.runtimes[m.cfg.Runtime], limits, true, m.cfg.StateDir)
+	rt := im.runtimes[im.cfg.Runtime]
+	ck, _ := im.warmCheckpoint(tmpl, rt, limits)
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir)
 	if err != nil {
 		return err
 	}
-	m.discard(ctx, b)
+	im.core.discard(ctx, b)
 	return nil
 }
 

@@ -32,16 +32,16 @@ const forkTmpPrefix = ".fork-"
 // restored from that image in parallel. Either all forks are made or none:
 // a failure unwinds every fork made so far. The source is left running
 // whatever happens (unless thawing it fails, which is returned).
-func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sandbox, err error) {
+func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sandbox, err error) {
 	if count < 1 || count > MaxForks {
 		return nil, fmt.Errorf("fork count %d outside [1, %d]: %w", count, MaxForks, errdefs.ErrInvalidArgument)
 	}
-	b, err := m.box(id)
+	b, err := im.core.box(id)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	tmp, err := os.MkdirTemp(m.cfg.StateDir, forkTmpPrefix)
+	tmp, err := os.MkdirTemp(im.cfg.StateDir, forkTmpPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("creating fork dir: %w", err)
 	}
@@ -49,15 +49,15 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		if err != nil {
 			os.RemoveAll(tmp)
 		} else {
-			m.removeLater(tmp) // its name keeps the prefix adopt cleans up
+			removeLater(im.log, tmp) // its name keeps the prefix gcForks cleans up
 		}
 	}()
-	src, err := m.capture(ctx, b, tmp, "forked")
+	src, err := im.capture(ctx, b, tmp, "forked")
 	if err != nil {
 		return nil, err
 	}
 	t1 := time.Now()
-	tmpl, err := template.Lookup(m.cfg.DataDir, src.Template)
+	tmpl, err := template.Lookup(im.cfg.DataDir, src.Template)
 	if err != nil {
 		return nil, fmt.Errorf("template of sandbox %s: %w", id, err)
 	}
@@ -65,26 +65,18 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range forks {
-		wg.Go(func() { forks[i], errs[i] = m.restoreNew(ctx, forkRecord(src, m.cfg), tmpl, tmp, q) })
+		wg.Go(func() { forks[i], errs[i] = im.core.restoreNew(ctx, forkRecord(src, im.cfg), tmpl, tmp, q) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		// A fork is all or nothing: the forks made go, records too.
-		var c cleanup
 		for _, f := range forks {
 			if f == nil {
 				continue
 			}
-			c.add(func(ctx context.Context) error {
-				derr := m.destroy(ctx, f.rec.ID, StateStopped, "fork failed")
-				if errors.Is(derr, errdefs.ErrNotFound) {
-					derr = nil
-				}
-				return errors.Join(derr, m.store.DeleteSandbox(ctx, f.rec.ID))
-			})
-		}
-		if uerr := c.unwind(ctx); uerr != nil {
-			m.log.Error("unwinding failed fork", "sandbox_id", id, "err", uerr)
+			if uerr := im.core.retract(ctx, f.rec.ID, StateStopped, "fork failed"); uerr != nil {
+				im.log.Error("unwinding failed fork", "sandbox_id", id, "err", uerr)
+			}
 		}
 		return nil, fmt.Errorf("forking sandbox %s: %w", id, errs[firstErr(errs)])
 	}
@@ -96,7 +88,7 @@ func (m *Manager) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		f.mu.Unlock()
 		ids[i] = f.rec.ID.String()
 	}
-	m.log.Info("sandbox forked", "sandbox_id", id, "forks", ids, "snapshot", t1.Sub(t0), "total", time.Since(t0))
+	im.log.Info("sandbox forked", "sandbox_id", id, "forks", ids, "snapshot", t1.Sub(t0), "total", time.Since(t0))
 	return out, nil
 }
 

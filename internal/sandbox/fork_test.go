@@ -30,14 +30,14 @@ func requireRunsc(t *testing.T) {
 func TestFork(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Metadata: map[string]string{"k": "v"}})
 	ctx := context.Background()
 	src.Sh("echo before > /home/user/state.txt")
 	pid := startCounter(t, src)
 
 	t0 := time.Now()
-	sbs, err := m.Fork(ctx, src.SB.ID, 2, sandbox.Quota{})
+	sbs, err := im.Fork(ctx, src.SB.ID, 2, sandbox.Quota{})
 	t.Logf("fork into 2: %v", time.Since(t0))
 	if err != nil {
 		t.Fatalf("fork: %v", err)
@@ -103,7 +103,7 @@ func TestForkLatency(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Limits.DefaultSandboxTimeout = 10 * time.Minute
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	ctx := context.Background()
 	for _, n := range []int{1, 4, -1, -4} { // negative: with 200 MiB in use
@@ -111,7 +111,7 @@ func TestForkLatency(t *testing.T) {
 			src.Sh("nohup python3 -c 'import time; b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); time.sleep(600)' >/dev/null 2>&1 & sleep 2")
 		}
 		t0 := time.Now()
-		sbs, err := m.Fork(ctx, src.SB.ID, max(n, -n), sandbox.Quota{})
+		sbs, err := im.Fork(ctx, src.SB.ID, max(n, -n), sandbox.Quota{})
 		took := time.Since(t0)
 		if err != nil {
 			t.Fatalf("fork %d: %v", n, err)
@@ -136,15 +136,15 @@ func TestForkLatency(t *testing.T) {
 func TestForkRejects(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	for _, n := range []int{0, 17, -1} {
-		if _, err := m.Fork(ctx, src.SB.ID, n, sandbox.Quota{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := im.Fork(ctx, src.SB.ID, n, sandbox.Quota{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("count %d: %v", n, err)
 		}
 	}
-	if _, err := m.Fork(ctx, src.SB.ID, 2, sandbox.Quota{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := im.Fork(ctx, src.SB.ID, 2, sandbox.Quota{MaxSandboxes: 2}); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("fork past quota: %v", err)
 	}
 	// One fork was admitted and made, the other was not: the made one is
@@ -166,14 +166,14 @@ func TestForkRejects(t *testing.T) {
 	}
 	if _, err := exec.LookPath("runc"); err == nil {
 		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc"})
-		if _, err := m.Fork(ctx, rc.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := im.Fork(ctx, rc.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("fork of runc sandbox: %v", err)
 		}
 	}
 	if _, err := m.Pause(ctx, src.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Fork(ctx, src.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := im.Fork(ctx, src.SB.ID, 1, sandbox.Quota{}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("fork of paused sandbox: %v", err)
 	}
 }
@@ -217,10 +217,14 @@ func TestForkFailureUnwinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	src.Sh("echo x > /home/user/x")
-	if _, err := m.Fork(ctx, src.SB.ID, 4, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
+	if _, err := im.Fork(ctx, src.SB.ID, 4, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
 		t.Fatalf("fork with failing restores: %v", err)
 	}
 	if len(fr.ids) != 4 {

@@ -25,8 +25,8 @@ const (
 
 // timeout resolves a requested lifetime against the server's default and
 // ceiling.
-func (m *Manager) timeout(d time.Duration) (time.Duration, error) {
-	l := m.cfg.Limits
+func (c *Config) timeout(d time.Duration) (time.Duration, error) {
+	l := c.Limits
 	switch {
 	case d == 0:
 		return l.DefaultSandboxTimeout, nil
@@ -64,7 +64,7 @@ func (m *Manager) admit(b *box, q Quota) error {
 
 // SetTimeout makes a running sandbox expire d from now.
 func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandbox, error) {
-	d, err := m.timeout(d)
+	d, err := m.cfg.timeout(d)
 	if err != nil {
 		return Sandbox{}, err
 	}

@@ -126,7 +126,7 @@ func ping(conn *channel.Conn, timeout time.Duration, done chan<- error) {
 
 // failUnresponsive fails and destroys a sandbox whose agent stopped
 // answering; a pooled one nobody claimed yet has no record, and closing
-// its session makes the pool discard it (see watchPooled). Callers hold
+// its session makes the pool discard it (see watchUnlisted). Callers hold
 // b.mu and have checked that b runs on the session that stopped.
 func (m *Manager) failUnresponsive(b *box, detail string) {
 	id := b.rec.ID

@@ -124,7 +124,7 @@ func TestSignalsToPID1(t *testing.T) {
 func TestLivenessSparesPaused(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Liveness.Interval, cfg.Liveness.Misses = 500*time.Millisecond, 4
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	forEachRuntime(t, func(t *testing.T, rt string) {
 		e := create(t, m, sandbox.CreateOptions{Runtime: rt})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -149,7 +149,7 @@ func TestLivenessSparesPaused(t *testing.T) {
 			t.Fatalf("after resume: %q", r.Stdout)
 		}
 		if rt == "runsc" {
-			forks, err := m.Fork(ctx, e.SB.ID, 2, sandbox.Quota{})
+			forks, err := im.Fork(ctx, e.SB.ID, 2, sandbox.Quota{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,7 +63,9 @@ type Config struct {
 	Net *network.Network
 }
 
-// Manager creates, tracks and destroys the sandboxes of one host.
+// Manager creates, tracks and destroys the sandboxes of one host: the
+// core. The checkpoint-image features are Images (images.go), which
+// NewImages builds on a Manager.
 type Manager struct {
 	cfg      Config
 	log      *slog.Logger
@@ -78,12 +80,7 @@ type Manager struct {
 	done      chan struct{} // closed by Close: stops the reaper
 	closeOnce sync.Once
 
-	// snapMu orders snapshot records and files: restores from snapshots
-	// hold it shared, deletes and retention checks exclusively.
-	snapMu sync.RWMutex
-
-	warm  warmBuilds // warm checkpoint builds (warm.go)
-	pools *pools     // ready sandboxes per template (pool.go); guarded by mu
+	images imageHooks // the image seam (below); guarded by mu
 
 	// specCaps, set by tests, replaces the capability set of new
 	// sandboxes (to make images as an older Kiln did).
@@ -123,7 +120,8 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 	if cfg.Node == "" {
 		cfg.Node, _ = os.Hostname()
 	}
-	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box), store: cfg.Store, done: make(chan struct{})}
+	m := &Manager{cfg: cfg, log: log, runtimes: runtimes, boxes: make(map[ID]*box), store: cfg.Store,
+		done: make(chan struct{}), images: noImages{}}
 	if err := becomeSubreaper(); err != nil {
 		log.Warn("cannot become child subreaper; destroying runsc sandboxes will be slow", "err", err)
 	}
@@ -133,9 +131,6 @@ func NewManager(ctx context.Context, cfg Config, runtimes map[string]oci.Runtime
 	}
 	if cfg.Adopt {
 		if err := m.adopt(ctx); err != nil {
-			return nil, err
-		}
-		if err := m.gcSnapshots(ctx); err != nil {
 			return nil, err
 		}
 		m.pruneAgents()
@@ -221,62 +216,25 @@ func (m *Manager) pruneAgents() {
 }
 
 // Create makes a sandbox and waits until its agent answers. A failure at
-// any step unwinds everything made before it.
+// any step unwinds everything made before it. A create from a snapshot,
+// and one a pooled sandbox or a warm checkpoint can serve, goes through
+// the image seam.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
+	images := m.imageSeam()
 	if opts.Snapshot != "" {
-		return m.createFromSnapshot(ctx, opts)
+		return images.fromSnapshot(ctx, opts)
 	}
-	if opts.Template == "" {
-		opts.Template = "base"
+	if opts.Cold {
+		images = noImages{} // neither a pooled sandbox nor a warm checkpoint
 	}
-	if opts.Runtime == "" {
-		opts.Runtime = m.cfg.Runtime
-	}
-	rt, ok := m.runtimes[opts.Runtime]
-	if !ok {
-		return Sandbox{}, fmt.Errorf("runtime %q: %w (want one of %s)", opts.Runtime, errdefs.ErrInvalidArgument, strings.Join(slices.Sorted(maps.Keys(m.runtimes)), ", "))
-	}
-	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
-		return Sandbox{}, err
-	}
-	timeout, err := m.timeout(opts.Timeout)
+	p, err := m.plan(opts)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	tmpl := opts.TemplateBuild
-	if tmpl == nil {
-		if tmpl, err = template.Lookup(m.cfg.DataDir, opts.Template); err != nil {
-			return Sandbox{}, err
-		}
-	}
-	d := tmpl.Defaults
-	limits, err := limitsFor(opts.Limits, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
-	if err != nil {
-		return Sandbox{}, err
-	}
-	env := maps.Clone(d.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, opts.Env)
-
-	netOpts, err := m.resolveNetwork(opts.Network, d.Network)
-	if err != nil {
-		return Sandbox{}, err
-	}
-
-	id := NewID()
-	now := time.Now().UTC()
-	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
-		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
-		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
-		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
-		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
-		AutoResume: opts.AutoResume,
-	}}
-	log := m.log.With("sandbox_id", id, "runtime", rt.Name())
-	if netOpts == nil && !opts.Cold { // pooled sandboxes have no network
-		if sb, ok, err := m.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
+	b, rt, tmpl := p.b, p.rt, p.tmpl
+	log := m.log.With("sandbox_id", b.rec.ID, "runtime", rt.Name())
+	if p.net == nil { // pooled sandboxes have no network
+		if sb, ok, err := images.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
 			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
 		}
 	}
@@ -292,15 +250,16 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err := m.enroll(ctx, pathBoot, b, &opts.Quota, &c); err != nil {
 		return Sandbox{}, err
 	}
-	if err := m.attachNetwork(ctx, pathBoot, b, netOpts, &c); err != nil {
+	if err := m.attachNetwork(ctx, pathBoot, b, p.net, &c); err != nil {
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
-	conn, warm, err := m.launch(ctx, b, rt, tmpl, !opts.Cold, false, &c)
+	ck, why := images.warmCheckpoint(tmpl, rt, b.rec.Limits)
+	conn, warm, err := m.launch(ctx, b, rt, tmpl, ck, why, false, &c)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	if err := m.configureDNS(ctx, id, conn); err != nil {
+	if err := m.configureDNS(ctx, b.rec.ID, conn); err != nil {
 		return Sandbox{}, err
 	}
 	rec, err := m.goLive(ctx, b, conn)
@@ -312,8 +271,69 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if warm {
 		from = "warm checkpoint"
 	}
-	log.Info("sandbox created", "template", tmpl.Name, "from", from, "launch", time.Since(t0), "total", time.Since(now))
+	log.Info("sandbox created", "template", tmpl.Name, "from", from, "launch", time.Since(t0), "total", time.Since(rec.CreatedAt))
 	return rec, nil
+}
+
+// createPlan is a validated create request, resolved against its
+// template's defaults and the server's limits.
+type createPlan struct {
+	b    *box // record in state creating, not stored yet
+	rt   oci.Runtime
+	tmpl *template.Template
+	net  *NetworkOptions // nil: mode none
+}
+
+// plan validates a create request (runtime, env, metadata, timeout,
+// template, limits, network) before anything is made.
+func (m *Manager) plan(opts CreateOptions) (createPlan, error) {
+	if opts.Template == "" {
+		opts.Template = "base"
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = m.cfg.Runtime
+	}
+	rt, ok := m.runtimes[opts.Runtime]
+	if !ok {
+		return createPlan{}, fmt.Errorf("runtime %q: %w (want one of %s)", opts.Runtime, errdefs.ErrInvalidArgument, strings.Join(slices.Sorted(maps.Keys(m.runtimes)), ", "))
+	}
+	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
+		return createPlan{}, err
+	}
+	timeout, err := m.cfg.timeout(opts.Timeout)
+	if err != nil {
+		return createPlan{}, err
+	}
+	tmpl := opts.TemplateBuild
+	if tmpl == nil {
+		if tmpl, err = template.Lookup(m.cfg.DataDir, opts.Template); err != nil {
+			return createPlan{}, err
+		}
+	}
+	d := tmpl.Defaults
+	limits, err := limitsFor(opts.Limits, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
+	if err != nil {
+		return createPlan{}, err
+	}
+	env := maps.Clone(d.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, opts.Env)
+	netOpts, err := m.resolveNetwork(opts.Network, d.Network)
+	if err != nil {
+		return createPlan{}, err
+	}
+	id := NewID()
+	now := time.Now().UTC()
+	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
+		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
+		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
+		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
+		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
+		AutoResume: opts.AutoResume,
+	}}
+	return createPlan{b: b, rt: rt, tmpl: tmpl, net: netOpts}, nil
 }
 
 // start creates and starts the container with the agent's stdio on two
@@ -563,7 +583,7 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 // them.
 func (m *Manager) Close() {
 	m.closeOnce.Do(func() { close(m.done) })
-	m.closePools() // pooled sandboxes have no record: destroy them
+	m.imageSeam().closePools() // pooled sandboxes have no record: destroy them
 	m.mu.Lock()
 	boxes := m.boxes
 	m.boxes = make(map[ID]*box)

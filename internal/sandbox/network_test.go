@@ -46,10 +46,18 @@ print(json.dumps(out))
 // netWorld is a Standard test world and a Manager using its Network.
 func netWorld(t testing.TB) (*nettest.World, *network.Network, *sandbox.Manager) {
 	t.Helper()
+	w, n, m, _ := netWorldImages(t)
+	return w, n, m
+}
+
+// netWorldImages is netWorld with the Manager's Images.
+func netWorldImages(t testing.TB) (*nettest.World, *network.Network, *sandbox.Manager, *sandbox.Images) {
+	t.Helper()
 	w, n := nettest.Standard(t)
 	cfg := sandboxtest.Config(t, agentPath)
 	cfg.Net = n
-	return w, n, sandboxtest.NewManager(t, cfg)
+	m, im := sandboxtest.NewManagerImages(t, cfg)
+	return w, n, m, im
 }
 
 func probeFrom(t *testing.T, b *sandboxtest.Box, targets ...string) map[string]string {
@@ -233,11 +241,11 @@ func TestSandboxNetworkPause(t *testing.T) {
 // processes still listening (every sandbox has the same inside address,
 // so the restored netstacks need no renumbering).
 func TestSandboxNetworkFork(t *testing.T) {
-	_, n, m := netWorld(t)
+	_, n, m, im := netWorldImages(t)
 	ctx := context.Background()
 	b := networkedRunsc(t, m)
 	hello := "hello from " + b.SB.ID.String()
-	forks, err := m.Fork(ctx, b.SB.ID, 2, sandbox.Quota{})
+	forks, err := im.Fork(ctx, b.SB.ID, 2, sandbox.Quota{})
 	if err != nil {
 		t.Fatal(err)
 	}

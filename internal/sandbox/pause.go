@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,31 +140,6 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	return nil
 }
 
-// syncDir flushes the files of dir and dir itself to disk, so that a
-// snapshot survives a host crash.
-func syncDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range append(ents, nil) {
-		p := dir
-		if e != nil {
-			p = filepath.Join(dir, e.Name())
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Resume resumes a paused sandbox. A runsc sandbox is restored from its
 // checkpoint image, with its processes, their memory and its files as
 // they were, and gets a new agent session; if that fails (e.g. its image
@@ -278,7 +254,7 @@ func (m *Manager) restore(ctx context.Context, b *box) error {
 	c.release()
 	b.conn = conn
 	go m.watch(b, conn)
-	m.removeLater(img) // stale from now on
+	removeLater(m.log, img) // stale from now on
 	return nil
 }
 
@@ -287,7 +263,7 @@ func (m *Manager) restore(ctx context.Context, b *box) error {
 // hosts, which no resume or fork should wait for. The dir is renamed first,
 // so its path is free at once; a crash leaves the renamed dir where the
 // sandbox's destroy (or, for a fork's, adopt) removes it.
-func (m *Manager) removeLater(dir string) {
+func removeLater(log *slog.Logger, dir string) {
 	stale := dir + ".stale-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	if err := os.Rename(dir, stale); err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -297,7 +273,7 @@ func (m *Manager) removeLater(dir string) {
 	}
 	go func() {
 		if err := os.RemoveAll(stale); err != nil {
-			m.log.Warn("removing a stale checkpoint image", "dir", stale, "err", err)
+			log.Warn("removing a stale checkpoint image", "dir", stale, "err", err)
 		}
 	}()
 }

@@ -90,8 +90,8 @@ func TestBringUpFaultsUnwind(t *testing.T) {
 	t.Run("warm", func(t *testing.T) {
 		requireRunsc(t)
 		cfg := testConfig(t)
-		m := newManager(t, cfg)
-		buildWarm(t, m)
+		m, im := newImages(t, cfg)
+		buildWarm(t, im)
 		for _, stage := range []string{"layer", "bundle", "runtime", "connect", "identify"} {
 			t.Run(stage, func(t *testing.T) {
 				// The cold fallback fails too, so the create fails whole.
@@ -117,13 +117,13 @@ func TestBringUpFaultsUnwind(t *testing.T) {
 		requireRunsc(t)
 		cfg := testConfig(t)
 		cfg.Runtime = "runsc"
-		m := newManager(t, cfg)
-		buildWarm(t, m)
+		m, im := newImages(t, cfg)
+		buildWarm(t, im)
 		for _, fault := range [][2]string{{"pool", "dir"}, {"warm", "runtime"}, {"warm", "identify"}} {
 			t.Run(fault[0]+"/"+fault[1], func(t *testing.T) {
 				f := &faults{path: fault[0], stage: fault[1], also: [2]string{"boot", "connect"}}
 				m.InjectFaults(f.fn)
-				err := m.MakePooled(context.Background(), codeInterpreter)
+				err := im.MakePooled(context.Background(), codeInterpreter)
 				f.check(t, m, cfg, err)
 			})
 		}
@@ -132,14 +132,14 @@ func TestBringUpFaultsUnwind(t *testing.T) {
 	t.Run("restore", func(t *testing.T) {
 		requireRunsc(t)
 		cfg := testConfig(t)
-		m := newManager(t, cfg)
+		m, im := newImages(t, cfg)
 		src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 		src.Sh("echo x > /home/user/x")
 		for _, stage := range []string{"record", "dir", "layer", "bundle", "runtime", "connect", "identify"} {
 			t.Run(stage, func(t *testing.T) {
 				f := &faults{path: "restore", stage: stage}
 				m.InjectFaults(f.fn)
-				_, err := m.Fork(context.Background(), src.SB.ID, 2, sandbox.Quota{})
+				_, err := im.Fork(context.Background(), src.SB.ID, 2, sandbox.Quota{})
 				f.check(t, m, cfg, err, src.SB.ID)
 			})
 		}

@@ -2,30 +2,26 @@ package sandbox
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/oci"
-	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// Warm pools. A template may have a pool of ready sandboxes (default
-// runtime, the template's default limits and env), restored from its warm
-// checkpoint when it has one. Create claims one when the request is
-// compatible: it gets the request's owner, env, metadata and timeout and
-// is recorded, in milliseconds; the pool is refilled in the background.
-// Pooled sandboxes have no record (List never shows them), are not in the
-// Manager's live set (quotas and the reaper ignore them), are destroyed by
-// Close, and a crash leaves only their dirs, which the next start's
-// adoption removes as orphans.
+// Warm pools (Images). A template may have a pool of ready sandboxes
+// (default runtime, the template's default limits and env), restored from
+// its warm checkpoint when it has one. The Manager's Create claims one
+// through its image seam when the request is compatible: it gets the
+// request's owner, env, metadata and timeout and is recorded (the core's
+// enlist), in milliseconds; the pool is refilled in the background.
+// Pooled sandboxes are unlisted (unlisted.go): no record (List never shows
+// them), not in the Manager's live set (quotas and the reaper ignore
+// them); the Manager's Close destroys them, and a crash leaves only their
+// dirs, which the next start's adoption removes as orphans.
 
 // PoolStat is one template's pool, for metrics.
 type PoolStat struct {
@@ -35,7 +31,7 @@ type PoolStat struct {
 	Hits, Misses uint64 // creates of the template that did / did not get one
 }
 
-// pools is the Manager's set of pools.
+// pools is the set of pools of an Images.
 type pools struct {
 	mu      sync.Mutex
 	targets map[string]int
@@ -53,8 +49,7 @@ type pools struct {
 // pooled is a ready sandbox: running, unrecorded, unlisted.
 type pooled struct {
 	b    *box
-	hash string  // template build it was made from
-	rec  Sandbox // its record while pooled, kept by claim
+	hash string // template build it was made from
 }
 
 // fillBackoff bounds the wait after a failed fill.
@@ -69,7 +64,7 @@ const refillDelay = 300 * time.Millisecond
 // refilled in the background until Close. A template with a warm step and
 // no usable warm checkpoint gets one built first. Call it once (again
 // after StopPools).
-func (m *Manager) StartPools(sizes map[string]int) {
+func (im *Images) StartPools(sizes map[string]int) {
 	p := &pools{targets: map[string]int{}, ready: map[string][]*pooled{}, hits: map[string]uint64{},
 		misses: map[string]uint64{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, n := range sizes {
@@ -79,21 +74,21 @@ func (m *Manager) StartPools(sizes map[string]int) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
-	m.mu.Lock()
-	m.pools = p
-	m.mu.Unlock()
-	go m.fill(ctx, p)
+	im.mu.Lock()
+	im.pools = p
+	im.mu.Unlock()
+	go im.fill(ctx, p)
 }
 
-func (m *Manager) pool() *pools {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.pools
+func (im *Images) pool() *pools {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	return im.pools
 }
 
 // PoolStats reports the pools, by template.
-func (m *Manager) PoolStats() []PoolStat {
-	p := m.pool()
+func (im *Images) PoolStats() []PoolStat {
+	p := im.pool()
 	if p == nil {
 		return nil
 	}
@@ -109,7 +104,7 @@ func (m *Manager) PoolStats() []PoolStat {
 
 // fill makes pooled sandboxes one at a time (the host's cores are better
 // spent on one restore than on several racing), the emptiest pool first.
-func (m *Manager) fill(ctx context.Context, p *pools) {
+func (im *Images) fill(ctx context.Context, p *pools) {
 	defer close(p.done)
 	retryAt := map[string]time.Time{}
 	fails := map[string]int{}
@@ -124,7 +119,7 @@ func (m *Manager) fill(ctx context.Context, p *pools) {
 			}
 			continue
 		}
-		err := m.fillOne(ctx, p, name)
+		err := im.fillOne(ctx, p, name)
 		if ctx.Err() != nil {
 			return
 		}
@@ -132,7 +127,7 @@ func (m *Manager) fill(ctx context.Context, p *pools) {
 			fails[name]++
 			d := min(time.Duration(1<<min(fails[name], 5))*time.Second, fillBackoff)
 			retryAt[name] = time.Now().Add(d)
-			m.log.Error("filling sandbox pool", "template", name, "err", err, "retry_in", d)
+			im.log.Error("filling sandbox pool", "template", name, "err", err, "retry_in", d)
 			continue
 		}
 		fails[name] = 0
@@ -165,70 +160,70 @@ func (p *pools) next(retryAt map[string]time.Time) (string, time.Duration) {
 }
 
 // fillOne adds one sandbox to the named pool.
-func (m *Manager) fillOne(ctx context.Context, p *pools, name string) error {
-	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
+	tmpl, err := template.Lookup(im.cfg.DataDir, name)
 	if err != nil {
 		return err
 	}
-	rt := m.runtimes[m.cfg.Runtime]
-	limits, err := m.poolLimits(tmpl)
+	rt := im.runtimes[im.cfg.Runtime]
+	limits, err := im.poolLimits(tmpl)
 	if err != nil {
 		return err
 	}
-	if c, why := m.warmCheckpoint(tmpl, rt, limits); c == nil && tmpl.Warm != nil {
-		if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
-			m.log.Info("building the warm checkpoint for the pool", "template", name, "reason", why)
-			if _, err := m.BuildWarm(ctx, name); err != nil {
-				m.log.Error("building warm checkpoint; the pool fills cold", "template", name, "err", err)
-			}
+	ck, why := im.warmCheckpoint(tmpl, rt, limits)
+	if c, ok := rt.(oci.Checkpointer); ck == nil && tmpl.Warm != nil && ok && c.CanCheckpoint() {
+		im.log.Info("building the warm checkpoint for the pool", "template", name, "reason", why)
+		if _, err := im.BuildWarm(ctx, name); err != nil {
+			im.log.Error("building warm checkpoint; the pool fills cold", "template", name, "err", err)
 		}
+		ck, why = im.warmCheckpoint(tmpl, rt, limits)
 	}
-	b, err := m.hiddenBox(ctx, tmpl, rt, limits, true, m.cfg.StateDir)
+	if why != "" {
+		im.log.Info("booting cold", "template", name, "reason", why)
+	}
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir)
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		m.discard(context.WithoutCancel(ctx), b)
+		im.core.discard(context.WithoutCancel(ctx), b)
 		return nil
 	}
 	conn := b.conn // before others can claim b and destroy it
 	p.ready[name] = append(p.ready[name], &pooled{b: b, hash: tmpl.Hash})
 	p.mu.Unlock()
-	go m.watchPooled(p, name, b, conn)
+	go im.watchPooled(p, name, b, conn)
 	return nil
 }
 
 // poolLimits are the limits of a template's pooled sandboxes: its defaults.
-func (m *Manager) poolLimits(tmpl *template.Template) (Limits, error) {
+func (im *Images) poolLimits(tmpl *template.Template) (Limits, error) {
 	d := tmpl.Defaults
-	return limitsFor(Limits{}, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
+	return limitsFor(Limits{}, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, im.cfg.Limits)
 }
 
-// watchPooled destroys a pooled sandbox that dies before it is claimed;
-// once claimed, it watches it like any other (see watch). conn is b's
-// session when it was pooled.
-func (m *Manager) watchPooled(p *pools, name string, b *box, conn *channel.Conn) {
-	go m.liveness(b, conn)
-	<-conn.Done()
-	p.mu.Lock()
-	i := slices.IndexFunc(p.ready[name], func(e *pooled) bool { return e.b == b })
-	if i >= 0 {
-		p.ready[name] = slices.Delete(p.ready[name], i, i+1)
-	}
-	p.mu.Unlock()
-	if i < 0 { // claimed (then watched like any sandbox), or taken by Close
-		if _, err := m.box(b.rec.ID); err == nil {
-			m.watch(b, conn)
+// watchPooled has the core watch a pooled sandbox (see watchUnlisted)
+// and destroys it if it dies before it is claimed; once claimed, the core
+// watches it like any other. conn is b's session when it was pooled.
+func (im *Images) watchPooled(p *pools, name string, b *box, conn *channel.Conn) {
+	im.core.watchUnlisted(b, conn, func() {
+		p.mu.Lock()
+		i := slices.IndexFunc(p.ready[name], func(e *pooled) bool { return e.b == b })
+		if i >= 0 {
+			p.ready[name] = slices.Delete(p.ready[name], i, i+1)
 		}
-		return
-	}
-	m.log.Warn("pooled sandbox died; replacing it", "sandbox_id", b.rec.ID, "template", name)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m.discard(ctx, b)
-	p.kick()
+		p.mu.Unlock()
+		if i < 0 { // being claimed, or taken by Close
+			return
+		}
+		im.log.Warn("pooled sandbox died; replacing it", "sandbox_id", b.rec.ID, "template", name)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		im.core.discard(ctx, b)
+		p.kick()
+	})
 }
 
 func (p *pools) kick() {
@@ -271,75 +266,40 @@ func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limi
 // claim turns a pooled sandbox into the sandbox want describes (its id
 // aside): owner, env, metadata, timeout. It reports false when there was
 // none to claim (Create then makes one); an error is a quota refusal.
-func (m *Manager) claim(ctx context.Context, want Sandbox, tmpl *template.Template, q Quota) (Sandbox, bool, error) {
-	p := m.pool()
+func (im *Images) claim(ctx context.Context, want Sandbox, tmpl *template.Template, q Quota) (Sandbox, bool, error) {
+	p := im.pool()
 	if p == nil {
 		return Sandbox{}, false, nil
 	}
-	limits, err := m.poolLimits(tmpl)
+	limits, err := im.poolLimits(tmpl)
 	if err != nil {
 		return Sandbox{}, false, nil
 	}
-	e, stale := p.take(tmpl, want, m.runtimes[m.cfg.Runtime].Name(), limits)
+	e, stale := p.take(tmpl, want, im.runtimes[im.cfg.Runtime].Name(), limits)
 	for _, s := range stale {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			m.discard(ctx, s.b)
+			im.core.discard(ctx, s.b)
 		}()
 	}
 	if e == nil {
 		return Sandbox{}, false, nil
 	}
-	e.rec = e.b.rec // to put it back as it was
 	t0 := time.Now()
-	b := e.b
-	b.mu.Lock()
-	oldEnv := b.rec.Env
-	rec := want
-	rec.ID, rec.State, rec.Reason = b.rec.ID, StateRunning, ""
-	b.rec = rec
-	b.mu.Unlock()
-	log := m.log.With("sandbox_id", rec.ID, "template", tmpl.Name)
-	if err := m.admit(b, q); err != nil {
-		b.mu.Lock()
-		b.rec = e.rec
-		b.mu.Unlock()
+	rec, kept, err := im.core.enlist(ctx, e.b, want, q, tmpl.Warm)
+	log := im.log.With("sandbox_id", e.b.rec.ID, "template", tmpl.Name)
+	switch {
+	case kept: // a quota refusal
 		p.putBack(tmpl.Name, e)
 		return Sandbox{}, false, err
-	}
-	fail := func(err error) (Sandbox, bool, error) {
+	case err != nil:
 		p.mu.Lock()
 		p.hits[tmpl.Name]--
 		p.misses[tmpl.Name]++
 		p.mu.Unlock()
 		log.Warn("claiming a pooled sandbox failed; creating one", "err", err)
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if derr := m.destroy(uctx, rec.ID, StateFailed, "claiming from the pool: "+err.Error()); derr != nil {
-			log.Error("destroying pooled sandbox", "err", derr)
-		}
-		_ = m.store.DeleteSandbox(uctx, rec.ID)
 		return Sandbox{}, false, nil
-	}
-	b.mu.Lock()
-	conn := b.conn
-	b.mu.Unlock()
-	if conn == nil {
-		return fail(errors.New("it was destroyed"))
-	}
-	select {
-	case <-conn.Done():
-		return fail(errors.New("it died in the pool"))
-	default:
-	}
-	if err := m.store.PutSandbox(ctx, rec); err != nil {
-		return fail(fmt.Errorf("recording sandbox: %w", err))
-	}
-	if !maps.Equal(oldEnv, rec.Env) {
-		if err := m.identify(ctx, conn, rec, warmKernelCode(tmpl.Warm, rec, false), false); err != nil {
-			return fail(err)
-		}
 	}
 	log.Info("sandbox created", "from", "pool", "took", time.Since(t0))
 	return rec, true, nil
@@ -356,12 +316,12 @@ func (p *pools) putBack(name string, e *pooled) {
 }
 
 // StopPools stops filling the pools and destroys their sandboxes; the
-// Manager's Close does it too.
-func (m *Manager) StopPools() { m.closePools() }
+// Manager's Close does it too (through its image seam).
+func (im *Images) StopPools() { im.closePools() }
 
 // closePools stops the filler and destroys every pooled sandbox.
-func (m *Manager) closePools() {
-	p := m.pool()
+func (im *Images) closePools() {
+	p := im.pool()
 	if p == nil {
 		return
 	}
@@ -383,72 +343,12 @@ func (m *Manager) closePools() {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, e := range all {
-		wg.Go(func() { m.discard(ctx, e.b) })
+		wg.Go(func() { im.core.discard(ctx, e.b) })
 	}
 	wg.Wait()
-	m.mu.Lock()
-	if m.pools == p {
-		m.pools = nil // StartPools may start new ones
+	im.mu.Lock()
+	if im.pools == p {
+		im.pools = nil // StartPools may start new ones
 	}
-	m.mu.Unlock()
-}
-
-// hiddenBox makes a running sandbox of tmpl on rt with limits and the
-// template's env that has no record and is not in the live set, with its
-// state dir in stateDir: a pooled sandbox (warm: restored from the warm
-// checkpoint if there is one) or the one a warm checkpoint is taken from
-// (booted). On failure it leaves nothing behind.
-func (m *Manager) hiddenBox(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, warm bool, stateDir string) (_ *box, err error) {
-	id := NewID()
-	env := maps.Clone(tmpl.Defaults.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	b := &box{dir: filepath.Join(stateDir, id.String()), rec: Sandbox{
-		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating, Limits: limits,
-		User: tmpl.Defaults.User, Workdir: tmpl.Defaults.Workdir, Env: env, Node: m.cfg.Node,
-		CreatedAt: time.Now().UTC(),
-	}}
-	var c cleanup
-	defer func() {
-		if err != nil {
-			if uerr := c.unwind(ctx); uerr != nil {
-				m.log.Error("unwinding unlisted sandbox", "sandbox_id", id, "err", uerr)
-			}
-		}
-	}()
-	if err := m.enroll(ctx, pathPool, b, nil, &c); err != nil {
-		return nil, err
-	}
-	conn, _, err := m.launch(ctx, b, rt, tmpl, warm, warm, &c)
-	if err != nil {
-		return nil, err
-	}
-	c.release()
-	b.conn, b.rec.State = conn, StateRunning
-	return b, nil
-}
-
-// discard destroys a sandbox that has no record: its session, container,
-// layer and dir.
-func (m *Manager) discard(ctx context.Context, b *box) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.conn != nil {
-		b.conn.Close()
-		b.conn = nil
-	}
-	b.rec.State = StateStopped
-	var errs []error
-	if rt := m.runtimes[b.rec.Runtime]; rt != nil {
-		errs = append(errs, deleteContainer(ctx, rt, b.rec.ID, b.dir, b.procs.get()))
-	}
-	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
-	if err := errors.Join(errs...); err != nil {
-		m.log.Error("destroying unlisted sandbox", "sandbox_id", b.rec.ID, "err", err)
-		return
-	}
-	if err := os.RemoveAll(b.dir); err != nil {
-		m.log.Error("removing unlisted sandbox dir", "sandbox_id", b.rec.ID, "err", err)
-	}
+	im.mu.Unlock()
 }

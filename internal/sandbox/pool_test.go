@@ -15,17 +15,17 @@ import (
 
 // waitPool waits until the template's pool holds ready sandboxes and
 // returns its stats.
-func waitPool(t *testing.T, m *sandbox.Manager, name string, ready int) sandbox.PoolStat {
+func waitPool(t *testing.T, im *sandbox.Images, name string, ready int) sandbox.PoolStat {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		for _, s := range m.PoolStats() {
+		for _, s := range im.PoolStats() {
 			if s.Template == name && s.Ready == ready {
 				return s
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pool %s never had %d ready: %+v", name, ready, m.PoolStats())
+			t.Fatalf("pool %s never had %d ready: %+v", name, ready, im.PoolStats())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -38,10 +38,10 @@ func TestPool(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	requireCodeInterpreter(t, cfg)
-	m, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
-	buildWarm(t, m)
-	m.StartPools(map[string]int{codeInterpreter: 1})
-	waitPool(t, m, codeInterpreter, 1)
+	m, im, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	buildWarm(t, im)
+	im.StartPools(map[string]int{codeInterpreter: 1})
+	waitPool(t, im, codeInterpreter, 1)
 	ctx := context.Background()
 	if l := m.Live(); len(l) != 0 {
 		t.Errorf("pooled sandboxes are live: %+v", l)
@@ -54,7 +54,7 @@ func TestPool(t *testing.T) {
 	e := create(t, m, sandbox.CreateOptions{Template: codeInterpreter, Owner: "alice", Timeout: 90 * time.Second,
 		Env: map[string]string{"WHO": "claimed"}, Metadata: map[string]string{"k": "v"}})
 	t.Logf("create from the pool: %v", time.Since(t0))
-	st := waitPool(t, m, codeInterpreter, 1) // refilled
+	st := waitPool(t, im, codeInterpreter, 1) // refilled
 	if st.Hits != 1 || st.Misses != 0 {
 		t.Errorf("pool stats after a claim: %+v", st)
 	}
@@ -92,7 +92,7 @@ func TestPool(t *testing.T) {
 	if _, r := e2.Py(pandasLoaded); r != "False" {
 		t.Errorf("a create with other limits got a warm sandbox")
 	}
-	st = waitPool(t, m, codeInterpreter, 1)
+	st = waitPool(t, im, codeInterpreter, 1)
 	if st.Hits != 1 || st.Misses != 2 {
 		t.Errorf("pool stats after a refusal and a miss: %+v", st)
 	}
@@ -147,14 +147,14 @@ func TestPoolAfterCrash(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Adopt = true
-	m1 := newManager(t, cfg)
-	m1.StartPools(map[string]int{"base": 2})
-	waitPool(t, m1, "base", 2)
+	m1, im1 := newImages(t, cfg)
+	im1.StartPools(map[string]int{"base": 2})
+	waitPool(t, im1, "base", 2)
 	pooled, _ := stateDirs(cfg)
 	if len(pooled) != 2 {
 		t.Fatalf("state dirs: %v", pooled)
 	}
-	m1.AbandonPools()
+	im1.AbandonPools()
 	m1.Close()
 	if left, _ := stateDirs(cfg); len(left) != 2 {
 		t.Fatalf("the simulated crash removed pooled sandboxes: %v", left)

@@ -1,7 +1,9 @@
 // Package sandbox owns the lifecycle of sandboxes on this host: the
 // explicit state machine, creation (template layer, OCI bundle, runtime,
 // agent handshake) with full unwinding on failure, kill, and re-adoption
-// of running sandboxes after kiln serve restarts.
+// of running sandboxes after kiln serve restarts (Manager); and the
+// checkpoint images of sandboxes, what they are restored as and the pools
+// of ready sandboxes (Images, built on a Manager: images.go).
 package sandbox
 
 import (
@@ -96,7 +98,7 @@ type CreateOptions struct {
 	// through an API) resume it.
 	AutoResume bool
 	// Snapshot names the owner's snapshot to make the sandbox from (see
-	// Manager.Snapshot); it fixes template, runtime and limits, and Env
+	// Images.Snapshot); it fixes template, runtime and limits, and Env
 	// is laid over the snapshot's.
 	Snapshot string
 	// Cold boots the sandbox even if a warm checkpoint or pool of its

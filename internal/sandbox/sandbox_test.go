@@ -38,13 +38,25 @@ func runtimes(cfg config.Config) map[string]oci.Runtime { return sandboxtest.OCI
 
 func newManager(t *testing.T, cfg sandbox.Config) *sandbox.Manager {
 	t.Helper()
+	m, _ := newImages(t, cfg)
+	return m
+}
+
+// newImages starts a Manager and its Images, wired as kiln serve wires
+// them.
+func newImages(t *testing.T, cfg sandbox.Config) (*sandbox.Manager, *sandbox.Images) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	m, err := sandbox.NewManager(context.Background(), cfg, runtimes(cfg.Config), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	return m
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, im
 }
 
 // forEachRuntime runs f as a subtest per runtime: the conformance suite.

@@ -60,11 +60,11 @@ func truncateName(s string) string {
 // serve (whose state dir is DataDir/sandboxes); inside the state dir for
 // private Managers (kiln run, kiln bench, tests), so that theirs go with
 // it.
-func (m *Manager) snapshotDir() string {
-	if m.cfg.StateDir == filepath.Join(m.cfg.DataDir, "sandboxes") {
-		return filepath.Join(m.cfg.DataDir, "snapshots")
+func (im *Images) snapshotDir() string {
+	if im.cfg.StateDir == filepath.Join(im.cfg.DataDir, "sandboxes") {
+		return filepath.Join(im.cfg.DataDir, "snapshots")
 	}
-	return filepath.Join(m.cfg.StateDir, ".snapshots")
+	return filepath.Join(im.cfg.StateDir, ".snapshots")
 }
 
 // Snapshot takes a named snapshot of a running runsc sandbox, which keeps
@@ -72,38 +72,38 @@ func (m *Manager) snapshotDir() string {
 // snapshot belongs to the sandbox's owner, whose limits on the number and
 // total size of snapshots (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES)
 // are checked before and after the image is taken.
-func (m *Manager) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot, err error) {
+func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot, err error) {
 	if err := ValidSnapshotName(name); err != nil {
 		return Snapshot{}, err
 	}
-	b, err := m.box(id)
+	b, err := im.core.box(id)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	b.mu.Lock()
 	owner := b.rec.Owner
-	_, _, err = m.capturable(b.rec, "snapshotted")
+	_, _, err = im.capturable(b.rec, "snapshotted")
 	b.mu.Unlock()
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if err := m.checkRetention(ctx, owner, name, 0); err != nil {
+	if err := im.checkRetention(ctx, owner, name, 0); err != nil {
 		return Snapshot{}, err
 	}
 	t0 := time.Now()
 	snapID := NewID().String()
-	dir := filepath.Join(m.snapshotDir(), snapID)
+	dir := filepath.Join(im.snapshotDir(), snapID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Snapshot{}, fmt.Errorf("creating snapshot dir: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			if rerr := os.RemoveAll(dir); rerr != nil {
-				m.log.Error("removing failed snapshot", "snapshot_id", snapID, "err", rerr)
+				im.log.Error("removing failed snapshot", "snapshot_id", snapID, "err", rerr)
 			}
 		}
 	}()
-	src, err := m.capture(ctx, b, dir, "snapshotted")
+	src, err := im.capture(ctx, b, dir, "snapshotted")
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		return Snapshot{}, fmt.Errorf("the server's disk is full: %w", err)
 	}
@@ -123,27 +123,27 @@ func (m *Manager) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 	snap := Snapshot{
 		ID: snapID, Name: name, Owner: owner, Source: src.ID, Template: src.Template, Runtime: src.Runtime,
 		Limits: src.Limits, User: src.User, Workdir: src.Workdir, Env: src.Env, Metadata: src.Metadata,
-		SizeBytes: size, Node: m.cfg.Node, CreatedAt: time.Now().UTC(),
+		SizeBytes: size, Node: im.cfg.Node, CreatedAt: time.Now().UTC(),
 	}
 	// Checked again with the real size; the lock makes check-and-record
 	// one step, so concurrent snapshots cannot both squeeze in.
-	m.snapMu.Lock()
-	defer m.snapMu.Unlock()
-	if err := m.checkRetention(ctx, owner, name, size); err != nil {
+	im.snapMu.Lock()
+	defer im.snapMu.Unlock()
+	if err := im.checkRetention(ctx, owner, name, size); err != nil {
 		return Snapshot{}, err
 	}
-	if err := m.store.PutSnapshot(ctx, snap); err != nil {
+	if err := im.records.PutSnapshot(ctx, snap); err != nil {
 		return Snapshot{}, fmt.Errorf("recording snapshot: %w", err)
 	}
-	m.log.Info("snapshot taken", "sandbox_id", id, "snapshot", name, "snapshot_id", snapID,
+	im.log.Info("snapshot taken", "sandbox_id", id, "snapshot", name, "snapshot_id", snapID,
 		"bytes", size, "image", t1.Sub(t0), "total", time.Since(t0))
 	return snap, nil
 }
 
 // checkRetention refuses a new snapshot named name of size bytes (0:
 // not known yet) that owner may not keep.
-func (m *Manager) checkRetention(ctx context.Context, owner, name string, size int64) error {
-	snaps, err := m.store.ListSnapshots(ctx, owner)
+func (im *Images) checkRetention(ctx context.Context, owner, name string, size int64) error {
+	snaps, err := im.records.ListSnapshots(ctx, owner)
 	if err != nil {
 		return fmt.Errorf("listing snapshots: %w", err)
 	}
@@ -154,7 +154,7 @@ func (m *Manager) checkRetention(ctx context.Context, owner, name string, size i
 		}
 		total += s.SizeBytes
 	}
-	l := m.cfg.Limits
+	l := im.cfg.Limits
 	if l.MaxSnapshots > 0 && len(snaps) >= l.MaxSnapshots {
 		return fmt.Errorf("snapshot limit: at most %d snapshots per key; delete one first: %w", l.MaxSnapshots, errdefs.ErrResourceExhausted)
 	}
@@ -168,35 +168,35 @@ func (m *Manager) checkRetention(ctx context.Context, owner, name string, size i
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // Snapshots lists owner's snapshots, oldest first ("" lists every owner's).
-func (m *Manager) Snapshots(ctx context.Context, owner string) ([]Snapshot, error) {
-	return m.store.ListSnapshots(ctx, owner)
+func (im *Images) Snapshots(ctx context.Context, owner string) ([]Snapshot, error) {
+	return im.records.ListSnapshots(ctx, owner)
 }
 
 // GetSnapshot returns owner's snapshot called name.
-func (m *Manager) GetSnapshot(ctx context.Context, owner, name string) (Snapshot, error) {
+func (im *Images) GetSnapshot(ctx context.Context, owner, name string) (Snapshot, error) {
 	if err := ValidSnapshotName(name); err != nil {
 		return Snapshot{}, err
 	}
-	return m.store.GetSnapshot(ctx, owner, name)
+	return im.records.GetSnapshot(ctx, owner, name)
 }
 
 // DeleteSnapshot deletes owner's snapshot called name: its record, then
 // its files. Sandboxes made from it are not affected. It waits for
 // restores from snapshots in progress.
-func (m *Manager) DeleteSnapshot(ctx context.Context, owner, name string) error {
-	snap, err := m.GetSnapshot(ctx, owner, name)
+func (im *Images) DeleteSnapshot(ctx context.Context, owner, name string) error {
+	snap, err := im.GetSnapshot(ctx, owner, name)
 	if err != nil {
 		return err
 	}
-	m.snapMu.Lock()
-	defer m.snapMu.Unlock()
-	if err := m.store.DeleteSnapshot(ctx, snap.ID); err != nil {
+	im.snapMu.Lock()
+	defer im.snapMu.Unlock()
+	if err := im.records.DeleteSnapshot(ctx, snap.ID); err != nil {
 		return fmt.Errorf("deleting snapshot record: %w", err)
 	}
 	// The record is gone: if kiln serve stops before the files are, the
 	// next start's GC removes them.
-	m.removeLater(filepath.Join(m.snapshotDir(), snap.ID))
-	m.log.Info("snapshot deleted", "snapshot", name, "snapshot_id", snap.ID, "bytes", snap.SizeBytes)
+	removeLater(im.log, filepath.Join(im.snapshotDir(), snap.ID))
+	im.log.Info("snapshot deleted", "snapshot", name, "snapshot_id", snap.ID, "bytes", snap.SizeBytes)
 	return nil
 }
 
@@ -207,14 +207,14 @@ type SnapshotStats struct {
 }
 
 // SnapshotStats counts this node's snapshots and their bytes on disk.
-func (m *Manager) SnapshotStats(ctx context.Context) (SnapshotStats, error) {
-	snaps, err := m.store.ListSnapshots(ctx, "")
+func (im *Images) SnapshotStats(ctx context.Context) (SnapshotStats, error) {
+	snaps, err := im.records.ListSnapshots(ctx, "")
 	if err != nil {
 		return SnapshotStats{}, err
 	}
 	var st SnapshotStats
 	for _, s := range snaps {
-		if s.Node == m.cfg.Node {
+		if s.Node == im.cfg.Node {
 			st.Count++
 			st.Bytes += s.SizeBytes
 		}
@@ -222,13 +222,14 @@ func (m *Manager) SnapshotStats(ctx context.Context) (SnapshotStats, error) {
 	return st, nil
 }
 
-// createFromSnapshot makes a sandbox from owner's snapshot opts.Snapshot:
+// fromSnapshot makes a sandbox from owner's snapshot opts.Snapshot:
 // a restored copy of it with its own id, hostname, cgroup, disk and
 // environment (the snapshot's, overlaid with opts.Env). The snapshot
-// fixes template, runtime and limits.
-func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox, error) {
+// fixes template, runtime and limits. It is part of the image seam: the
+// Manager's Create hands it every create from a snapshot.
+func (im *Images) fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox, error) {
 	name := opts.Snapshot
-	snap, err := m.GetSnapshot(ctx, opts.Owner, name)
+	snap, err := im.GetSnapshot(ctx, opts.Owner, name)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -242,15 +243,15 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 	case networkRequested(opts.Network):
 		return Sandbox{}, fmt.Errorf("a sandbox made from snapshot %q has the snapshot's network; leave network unset and change its policy once it runs: %w", name, errdefs.ErrInvalidArgument)
 	}
-	timeout, err := m.checkRequest(opts)
+	timeout, err := im.checkRequest(opts)
 	if err != nil {
 		return Sandbox{}, err
 	}
-	ck, ok := m.runtimes[snap.Runtime].(oci.Checkpointer)
+	ck, ok := im.runtimes[snap.Runtime].(oci.Checkpointer)
 	if !ok || !ck.CanCheckpoint() {
 		return Sandbox{}, fmt.Errorf("snapshot %q needs runtime %s with checkpoint/restore, which this server lacks: %w", name, snap.Runtime, errdefs.ErrFailedPrecondition)
 	}
-	tmpl, err := template.Lookup(m.cfg.DataDir, snap.Template)
+	tmpl, err := template.Lookup(im.cfg.DataDir, snap.Template)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("template %s of snapshot %q: %w: %w", snap.Template, name, errdefs.ErrFailedPrecondition, err)
 	}
@@ -272,31 +273,40 @@ func (m *Manager) createFromSnapshot(ctx context.Context, opts CreateOptions) (S
 	rec := Sandbox{
 		ID: NewID(), Template: snap.Template, Runtime: snap.Runtime, State: StateCreating,
 		Limits: snap.Limits, User: snap.User, Workdir: snap.Workdir, Env: env, Metadata: meta,
-		Owner: opts.Owner, Node: m.cfg.Node, CreatedAt: now, ExpiresAt: now.Add(timeout),
+		Owner: opts.Owner, Node: im.cfg.Node, CreatedAt: now, ExpiresAt: now.Add(timeout),
 		Timeout: timeout, AutoPause: opts.AutoPause, AutoResume: opts.AutoResume,
 	}
-	m.snapMu.RLock()
-	defer m.snapMu.RUnlock()
-	dir := filepath.Join(m.snapshotDir(), snap.ID)
+	im.snapMu.RLock()
+	defer im.snapMu.RUnlock()
+	dir := filepath.Join(im.snapshotDir(), snap.ID)
 	for f, what := range map[string]string{filepath.Join(imageCheckpoint, checkpointImage): "memory image", imageDisk: "disk image"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			m.log.Error("snapshot is damaged", "snapshot_id", snap.ID, "missing", f, "err", err)
+			im.log.Error("snapshot is damaged", "snapshot_id", snap.ID, "missing", f, "err", err)
 			return Sandbox{}, fmt.Errorf("snapshot %q is damaged (its %s is missing); delete it: %w", name, what, errdefs.ErrFailedPrecondition)
 		}
 	}
 	t0 := time.Now()
-	b, err := m.restoreNew(ctx, rec, tmpl, dir, opts.Quota)
+	b, err := im.core.restoreNew(ctx, rec, tmpl, dir, opts.Quota)
 	if err != nil {
 		if classified(err) {
 			return Sandbox{}, err
 		}
-		m.log.Error("restoring snapshot", "snapshot_id", snap.ID, "err", err)
+		im.log.Error("restoring snapshot", "snapshot_id", snap.ID, "err", err)
 		return Sandbox{}, fmt.Errorf("snapshot %q could not be restored; it may be damaged: %w", name, errdefs.ErrFailedPrecondition)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m.log.Info("sandbox created from snapshot", "sandbox_id", rec.ID, "snapshot", name, "took", time.Since(t0))
+	im.log.Info("sandbox created from snapshot", "sandbox_id", rec.ID, "snapshot", name, "took", time.Since(t0))
 	return b.rec, nil
+}
+
+// checkRequest validates a create request's env, metadata and timeout,
+// and resolves the timeout.
+func (im *Images) checkRequest(opts CreateOptions) (time.Duration, error) {
+	if err := validateRecordVars(opts.Env, opts.Metadata); err != nil {
+		return 0, err
+	}
+	return im.cfg.timeout(opts.Timeout)
 }
 
 // networkRequested reports whether a create asks for any network setting.
@@ -325,26 +335,26 @@ func classified(err error) bool {
 // dir at start: dirs with no record (a snapshot interrupted by a crash, or
 // deleted while its files could not be removed) are removed, records
 // whose files are gone are deleted.
-func (m *Manager) gcSnapshots(ctx context.Context) error {
-	snaps, err := m.store.ListSnapshots(ctx, "")
+func (im *Images) gcSnapshots(ctx context.Context) error {
+	snaps, err := im.records.ListSnapshots(ctx, "")
 	if err != nil {
 		return fmt.Errorf("listing snapshots: %w", err)
 	}
 	known := map[string]bool{}
 	for _, s := range snaps {
-		if s.Node != m.cfg.Node {
+		if s.Node != im.cfg.Node {
 			continue
 		}
 		known[s.ID] = true
-		dir := filepath.Join(m.snapshotDir(), s.ID)
+		dir := filepath.Join(im.snapshotDir(), s.ID)
 		if _, err := os.Stat(filepath.Join(dir, imageDisk)); errors.Is(err, fs.ErrNotExist) {
-			m.log.Warn("deleting snapshot record whose files are gone", "snapshot", s.Name, "snapshot_id", s.ID, "owner", s.Owner)
-			if err := m.store.DeleteSnapshot(ctx, s.ID); err != nil {
+			im.log.Warn("deleting snapshot record whose files are gone", "snapshot", s.Name, "snapshot_id", s.ID, "owner", s.Owner)
+			if err := im.records.DeleteSnapshot(ctx, s.ID); err != nil {
 				return fmt.Errorf("deleting snapshot record: %w", err)
 			}
 		}
 	}
-	ents, err := os.ReadDir(m.snapshotDir())
+	ents, err := os.ReadDir(im.snapshotDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -355,9 +365,34 @@ func (m *Manager) gcSnapshots(ctx context.Context) error {
 		if known[e.Name()] {
 			continue
 		}
-		m.log.Warn("removing snapshot files with no record", "snapshot_id", e.Name())
-		if err := os.RemoveAll(filepath.Join(m.snapshotDir(), e.Name())); err != nil {
-			m.log.Error("removing orphaned snapshot files", "snapshot_id", e.Name(), "err", err)
+		im.log.Warn("removing snapshot files with no record", "snapshot_id", e.Name())
+		if err := os.RemoveAll(filepath.Join(im.snapshotDir(), e.Name())); err != nil {
+			im.log.Error("removing orphaned snapshot files", "snapshot_id", e.Name(), "err", err)
+		}
+	}
+	return nil
+}
+
+// syncDir flushes the files of dir and dir itself to disk, so that a
+// snapshot survives a host crash.
+func syncDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range append(ents, nil) {
+		p := dir
+		if e != nil {
+			p = filepath.Join(dir, e.Name())
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -46,14 +46,14 @@ func TestSnapshot(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Adopt = true
-	m1 := newManager(t, cfg)
+	m1, im1 := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Env: map[string]string{"X": "src"}, Metadata: map[string]string{"k": "v"}})
 	src.Sh("echo before > /home/user/state.txt")
 	pid := startCounter(t, src)
 
 	t0 := time.Now()
-	snap, err := m1.Snapshot(ctx, src.SB.ID, "s1")
+	snap, err := im1.Snapshot(ctx, src.SB.ID, "s1")
 	t.Logf("snapshot: %v", time.Since(t0))
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
@@ -107,9 +107,9 @@ func TestSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	m1.Close()
-	m2 := newManager(t, cfg)
+	m2, im2 := newImages(t, cfg)
 	killAllOnCleanup(t, m2)
-	snaps, err := m2.Snapshots(ctx, "")
+	snaps, err := im2.Snapshots(ctx, "")
 	if err != nil || len(snaps) != 1 || snaps[0].ID != snap.ID {
 		t.Fatalf("snapshots after restart: %+v %v", snaps, err)
 	}
@@ -118,10 +118,10 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("sandbox from snapshot after restart: %q", r.Stdout)
 	}
 
-	if err := m2.DeleteSnapshot(ctx, "", "s1"); err != nil {
+	if err := im2.DeleteSnapshot(ctx, "", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.GetSnapshot(ctx, "", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := im2.GetSnapshot(ctx, "", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("deleted snapshot: %v", err)
 	}
 	// Its files go in the background.
@@ -177,25 +177,25 @@ func TestSnapshotRefusals(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Limits.MaxSnapshots = 1
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc", Owner: "key_a"})
-	if _, err := m.Snapshot(ctx, src.SB.ID, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := im.Snapshot(ctx, src.SB.ID, "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("bad name: %v", err)
 	}
-	if _, err := m.Snapshot(ctx, src.SB.ID, "s1"); err != nil {
+	if _, err := im.Snapshot(ctx, src.SB.ID, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	before := countState(t, m, cfg)
 	for name, want := range map[string]error{"s1": errdefs.ErrAlreadyExists, "s2": errdefs.ErrResourceExhausted} {
-		if _, err := m.Snapshot(ctx, src.SB.ID, name); !errors.Is(err, want) {
+		if _, err := im.Snapshot(ctx, src.SB.ID, name); !errors.Is(err, want) {
 			t.Errorf("snapshot %s: %v, want %v", name, err, want)
 		} else {
 			t.Logf("snapshot %s: %v", name, err)
 		}
 	}
 	// Another owner sees no snapshot of key_a's.
-	if _, err := m.GetSnapshot(ctx, "key_b", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := im.GetSnapshot(ctx, "key_b", "s1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("other owner's get: %v", err)
 	}
 	for _, bad := range []struct {
@@ -221,9 +221,9 @@ func TestSnapshotRefusals(t *testing.T) {
 	// Per-owner bytes: a second owner's snapshot larger than the limit.
 	cfg2 := testConfig(t)
 	cfg2.Limits.MaxSnapshotBytes = 1 << 20
-	m2 := newManager(t, cfg2)
+	m2, im2 := newImages(t, cfg2)
 	src2 := create(t, m2, sandbox.CreateOptions{Runtime: "runsc"})
-	if _, err := m2.Snapshot(ctx, src2.SB.ID, "big"); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := im2.Snapshot(ctx, src2.SB.ID, "big"); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Errorf("snapshot over the byte limit: %v", err)
 	} else {
 		t.Logf("over the byte limit: %v", err)
@@ -234,14 +234,14 @@ func TestSnapshotRefusals(t *testing.T) {
 
 	if _, err := exec.LookPath("runc"); err == nil {
 		rc := create(t, m, sandbox.CreateOptions{Runtime: "runc", Owner: "key_a"})
-		if _, err := m.Snapshot(ctx, rc.SB.ID, "r"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := im.Snapshot(ctx, rc.SB.ID, "r"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("snapshot of runc sandbox: %v", err)
 		}
 	}
 	if _, err := m2.Pause(ctx, src2.SB.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.Snapshot(ctx, src2.SB.ID, "p"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if _, err := im2.Snapshot(ctx, src2.SB.ID, "p"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("snapshot of paused sandbox: %v", err)
 	}
 	if r := src.Sh("echo ok"); r.Stdout != "ok\n" {
@@ -256,12 +256,12 @@ func TestSnapshotDamaged(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Adopt = true
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	var snaps []sandbox.Snapshot
 	for _, name := range []string{"missing", "corrupt", "gone", "kept"} {
-		s, err := m.Snapshot(ctx, src.SB.ID, name)
+		s, err := im.Snapshot(ctx, src.SB.ID, name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,10 +304,10 @@ func TestSnapshotDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	m2 := newManager(t, cfg)
+	m2, im2 := newImages(t, cfg)
 	killAllOnCleanup(t, m2)
 	var names []string
-	left, _ := m2.Snapshots(ctx, "")
+	left, _ := im2.Snapshots(ctx, "")
 	for _, s := range left {
 		names = append(names, s.Name)
 	}
@@ -353,16 +353,16 @@ func TestSnapshotKernelState(t *testing.T) {
 	_, err := template.Lookup(cfg.DataDir, "code-interpreter")
 	ocitest.Require(t, err == nil, fmt.Sprintf("code-interpreter template not built (make setup): %v", err))
 	cfg.Adopt = true
-	m1 := newManager(t, cfg)
+	m1, im1 := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc", Template: "code-interpreter"})
 	if got := pyEval(t, src.Agent, "x = 41\nx"); got != "41" {
 		t.Fatalf("x in source: %q", got)
 	}
-	if _, err := m1.Snapshot(ctx, src.SB.ID, "kernel"); err != nil {
+	if _, err := im1.Snapshot(ctx, src.SB.ID, "kernel"); err != nil {
 		t.Fatal(err)
 	}
-	forks, err := m1.Fork(ctx, src.SB.ID, 1, sandbox.Quota{})
+	forks, err := im1.Fork(ctx, src.SB.ID, 1, sandbox.Quota{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +402,7 @@ func TestSnapshotKernelState(t *testing.T) {
 func TestSnapshotDiskFull(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	dir := snapshotDir(cfg)
@@ -413,7 +413,7 @@ func TestSnapshotDiskFull(t *testing.T) {
 		t.Fatalf("mount: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-	_, err := m.Snapshot(ctx, src.SB.ID, "full")
+	_, err := im.Snapshot(ctx, src.SB.ID, "full")
 	if !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("snapshot with a full disk: %v, want resource exhausted", err)
 	}
@@ -421,7 +421,7 @@ func TestSnapshotDiskFull(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("failed snapshot left files: %v", ents)
 	}
-	if snaps, _ := m.Snapshots(ctx, ""); len(snaps) != 0 {
+	if snaps, _ := im.Snapshots(ctx, ""); len(snaps) != 0 {
 		t.Errorf("failed snapshot left records: %+v", snaps)
 	}
 	if r := src.Sh("echo alive"); r.Stdout != "alive\n" {
@@ -435,11 +435,11 @@ func TestRestoreAfterAgentUpgrade(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	cfg.Adopt = true
-	m1 := newManager(t, cfg)
+	m1, im1 := newImages(t, cfg)
 	ctx := context.Background()
 	src := create(t, m1, sandbox.CreateOptions{Runtime: "runsc"})
 	src.Sh("echo kept > /home/user/f")
-	if _, err := m1.Snapshot(ctx, src.SB.ID, "s"); err != nil {
+	if _, err := im1.Snapshot(ctx, src.SB.ID, "s"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m1.Pause(ctx, src.SB.ID); err != nil {
@@ -483,13 +483,13 @@ func TestRestoreAfterAgentUpgrade(t *testing.T) {
 func TestRestoreSnapshotOfOlderCapabilities(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
-	m := newManager(t, cfg)
+	m, im := newImages(t, cfg)
 	killAllOnCleanup(t, m)
 	ctx := context.Background()
 	m.UseCapabilities(oci.LegacyCapabilities)
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	src.Sh("echo old > /home/user/f")
-	if _, err := m.Snapshot(ctx, src.SB.ID, "old"); err != nil {
+	if _, err := im.Snapshot(ctx, src.SB.ID, "old"); err != nil {
 		t.Fatal(err)
 	}
 	recorded, _ := filepath.Glob(filepath.Join(cfg.StateDir, ".snapshots", "*", "caps.json"))
@@ -512,7 +512,7 @@ func TestRestoreSnapshotOfOlderCapabilities(t *testing.T) {
 		t.Errorf("restored sandbox: %q", r.Stdout)
 	}
 	// A fork of it (today's Kiln, the older set) restores with its set.
-	if _, err := m.Fork(ctx, sb.ID, 1, sandbox.Quota{}); err != nil {
+	if _, err := im.Fork(ctx, sb.ID, 1, sandbox.Quota{}); err != nil {
 		t.Errorf("fork of a sandbox with the older set: %v", err)
 	}
 }

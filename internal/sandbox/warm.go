@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -23,18 +21,20 @@ import (
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// Warm templates. A template whose recipe has a warm step (template.Warm)
-// gets a warm checkpoint: a sandbox booted from it ran the step (e.g.
-// started the Python kernel and imported pandas) and was checkpointed,
-// memory image and writable layer, into the template's build dir. A create
-// from the template restores a copy of that checkpoint instead of booting
-// (like a fork of it). The checkpoint is only usable by the same runsc
+// Warm templates (Images). A template whose recipe has a warm step
+// (template.Warm) gets a warm checkpoint: a sandbox booted from it ran the
+// step (e.g. started the Python kernel and imported pandas) and was
+// checkpointed, memory image and writable layer, into the template's
+// build dir. A create from the template restores a copy of that checkpoint
+// instead of booting (like a fork of it): the Manager asks for it through
+// its image seam (warmCheckpoint) and brings the sandbox up on the
+// pipeline's warm path (paths.go). The checkpoint is only usable by the same runsc
 // build and flags and the same agent build (restore re-opens the agent's
 // bind mount by path, and the sentry's state must match), so it is kept
 // under a key of the step and those; without a usable one, or when a
 // restore fails, sandboxes boot cold (with a log line).
 
-// warmSandboxes serialises warm builds per template.
+// warmBuilds serialises warm builds per template.
 type warmBuilds struct {
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -46,20 +46,20 @@ type warmBuilds struct {
 // warmEnv is what a warm checkpoint depends on besides its step: the runsc
 // build (its version output and size) and flags, the agent build, and the
 // sandbox's capabilities (a restored sandbox keeps the checkpoint's).
-func (m *Manager) warmEnv() []string {
-	w := &m.warm
+func (im *Images) warmEnv() []string {
+	w := &im.warm
 	w.keyOnce.Do(func() {
-		out, _ := exec.Command(m.cfg.RunscPath, "--version").Output()
+		out, _ := exec.Command(im.cfg.RunscPath, "--version").Output()
 		size := int64(-1)
-		if p, err := exec.LookPath(m.cfg.RunscPath); err == nil {
+		if p, err := exec.LookPath(im.cfg.RunscPath); err == nil {
 			if fi, err := os.Stat(p); err == nil {
 				size = fi.Size()
 			}
 		}
 		w.env = []string{
 			"runsc " + strings.TrimSpace(string(out)) + " size " + strconv.FormatInt(size, 10),
-			"flags " + m.cfg.RunscPlatform + " " + strings.Join(m.cfg.RunscExtraFlags, " "),
-			"agent " + filepath.Base(m.agentDir),
+			"flags " + im.cfg.RunscPlatform + " " + strings.Join(im.cfg.RunscExtraFlags, " "),
+			"agent " + im.agentBuild,
 			"caps " + strings.Join(oci.Capabilities("runsc"), ","),
 		}
 	})
@@ -67,12 +67,13 @@ func (m *Manager) warmEnv() []string {
 }
 
 // warmKey is the key of tmpl's warm checkpoint on this host.
-func (m *Manager) warmKey(tmpl *template.Template) string { return tmpl.Warm.Key(m.warmEnv()...) }
+func (im *Images) warmKey(tmpl *template.Template) string { return tmpl.Warm.Key(im.warmEnv()...) }
 
 // warmCheckpoint returns the usable warm checkpoint of tmpl for a sandbox
 // of runtime rt with limits l, or nil and why there is none ("" when tmpl
-// has no warm step).
-func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limits) (*template.Checkpoint, string) {
+// has no warm step). It is part of the image seam: the Manager's Create
+// asks it.
+func (im *Images) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limits) (*template.Checkpoint, string) {
 	if tmpl.Warm == nil {
 		return nil, ""
 	}
@@ -82,7 +83,7 @@ func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limi
 	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
 		return nil, rt.Name() + " cannot restore checkpoints"
 	}
-	c, err := tmpl.Checkpoint(m.warmKey(tmpl))
+	c, err := tmpl.Checkpoint(im.warmKey(tmpl))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "no warm checkpoint for this runsc and agent build (kiln template build " + tmpl.Name + ")"
 	}
@@ -95,88 +96,6 @@ func (m *Manager) warmCheckpoint(tmpl *template.Template, rt oci.Runtime, l Limi
 		return nil, "the sandbox's disk, memory or pids limit differs from the warm checkpoint's"
 	}
 	return c, ""
-}
-
-// launch gives b (whose record and dir exist) a writable layer, a bundle
-// and a running container whose agent answers, pushing an undo step for
-// each. With tryWarm it restores tmpl's warm checkpoint when there is a
-// usable one; otherwise (or if that fails) it boots the agent. It reports
-// which it did.
-//
-// settle makes a warm restore return only once the warm kernel has its new
-// env and seeds (pool fills, whose sandbox should be ready when claimed);
-// otherwise that step runs while the caller goes on.
-func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, tryWarm, settle bool, c *cleanup) (_ *channel.Conn, warm bool, _ error) {
-	log := m.log.With("sandbox_id", b.rec.ID, "template", tmpl.Name)
-	boot := bringup{path: pathBoot, b: b, rt: rt, tmpl: tmpl}
-	if !tryWarm {
-		conn, err := m.bringUp(ctx, boot, c)
-		return conn, false, err
-	}
-	ck, why := m.warmCheckpoint(tmpl, rt, b.rec.Limits)
-	if ck != nil && m.netNS(b.rec.ID) != "" {
-		// Warm checkpoints are made without a network; a restored
-		// netstack keeps the checkpoint's interfaces.
-		ck, why = nil, "networked sandboxes boot cold"
-	}
-	if ck != nil {
-		conn, err := m.restoreWarm(ctx, b, rt, tmpl, ck, settle, c)
-		if err == nil {
-			return conn, true, nil
-		}
-		if ctx.Err() != nil {
-			return nil, false, err
-		}
-		why = "restoring the warm checkpoint failed: " + err.Error()
-	}
-	if why != "" {
-		log.Info("booting cold", "reason", why)
-	}
-	conn, err := m.bringUp(ctx, boot, c)
-	return conn, false, err
-}
-
-// restoreWarm brings b up from the warm checkpoint ck: a copy of its
-// layer image, a bundle of b's own (hostname, cgroup, limits), runsc
-// restore on new FIFOs, a session and the identify call that gives the
-// agent b's id and env. On failure it leaves b's dir empty (so b can boot
-// instead); on success it hands its undo steps to c.
-func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, ck *template.Checkpoint, settle bool, c *cleanup) (_ *channel.Conn, err error) {
-	var mine cleanup
-	mine.add(func(context.Context) error { return clearDir(b.dir) })
-	defer func() {
-		if err == nil {
-			c.take(&mine)
-		} else if uerr := mine.unwind(ctx); uerr != nil {
-			m.log.Error("unwinding failed warm restore", "sandbox_id", b.rec.ID, "err", uerr)
-		}
-	}()
-	return m.bringUp(ctx, bringup{
-		path: pathWarm, b: b, rt: rt, tmpl: tmpl, disk: ck.Disk(), checkpoint: ck.Image(),
-		identify: true, warmCode: warmKernelCode(tmpl.Warm, b.rec, true), settle: settle,
-	}, &mine)
-}
-
-// warmKernelCode is the code that gives the kernel the warm step started
-// (running since the checkpoint, so identify's env does not reach it) the
-// sandbox's id and env, and with reseed new random seeds: every restore of
-// a checkpoint would otherwise draw the same "random" numbers. Only Python
-// kernels are warmed this way today (nil for other templates); other
-// languages' kernels are left as they are.
-func warmKernelCode(w *template.Warm, rec Sandbox, reseed bool) *wire.ExecuteParams {
-	if w == nil || w.Code == "" || w.Language != "python" {
-		return nil
-	}
-	env := map[string]string{"KILN_SANDBOX_ID": rec.ID.String()}
-	for k, v := range rec.Env {
-		env[k] = v
-	}
-	b, _ := json.Marshal(env)
-	code := fmt.Sprintf(`(lambda os, new: os.environ.update(new))(__import__("os"), %s)`, b)
-	if reseed {
-		code += "\n" + `(lambda sys: (__import__("random").seed(), sys.modules["numpy"].random.seed() if "numpy" in sys.modules else None) and None)(__import__("sys"))`
-	}
-	return &wire.ExecuteParams{Language: w.Language, Code: code, TimeoutMs: identifyTimeout.Milliseconds()}
 }
 
 // runCode executes code and returns its exception, if any, as an error.
@@ -194,51 +113,27 @@ func runCode(ctx context.Context, a *Agent, p wire.ExecuteParams) error {
 	return err
 }
 
-// bundle is the OCI bundle of b on the layer mounted at root: the agent as
-// PID 1 with b's env, hostname b's id, cgroup /kiln/<id> with b's limits.
-// pidsCgroup is runc's user pids cgroup ("" for runsc); caps, if set, is
-// the capability set (a restore's: its image's).
-func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string, caps []string) *oci.Bundle {
-	if caps == nil {
-		caps = m.specCaps
-	}
-	return &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
-		Rootfs:       root,
-		Args:         []string{agentBinary},
-		Env:          m.agentEnv(b.rec),
-		Cwd:          "/",
-		Hostname:     b.rec.ID.String(),
-		Limits:       m.runtimeLimits(rt.Name(), b.rec.Limits),
-		CgroupsPath:  cgroupsPath(b.rec.ID),
-		AgentDir:     m.agentDir,
-		PidsCgroup:   pidsCgroup,
-		Runtime:      rt.Name(),
-		Capabilities: caps,
-		NetNS:        m.netNS(b.rec.ID),
-	})}
-}
-
 // BuildWarm makes the warm checkpoint of the named template for this
 // host's runsc and agent unless it exists: it boots a sandbox from the
 // template with its default limits, runs the warm step, checkpoints it
 // (memory image and a copy of its layer) into the template's build dir and
 // destroys it. Concurrent builds of one template wait for each other.
-func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpoint, error) {
-	tmpl, err := template.Lookup(m.cfg.DataDir, name)
+func (im *Images) BuildWarm(ctx context.Context, name string) (*template.Checkpoint, error) {
+	tmpl, err := template.Lookup(im.cfg.DataDir, name)
 	if err != nil {
 		return nil, err
 	}
 	if tmpl.Warm == nil {
 		return nil, fmt.Errorf("template %s has no warm step: %w", name, errdefs.ErrInvalidArgument)
 	}
-	rt := m.runtimes["runsc"]
+	rt := im.runtimes["runsc"]
 	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
 		return nil, fmt.Errorf("warm templates need runsc (checkpoint/restore): %w", errdefs.ErrFailedPrecondition)
 	}
-	lock := m.warm.lock(tmpl.Dir)
+	lock := im.warm.lock(tmpl.Dir)
 	lock.Lock()
 	defer lock.Unlock()
-	key := m.warmKey(tmpl)
+	key := im.warmKey(tmpl)
 	if c, err := tmpl.Checkpoint(key); err == nil {
 		return c, nil
 	}
@@ -250,9 +145,9 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	if c, err := tmpl.Checkpoint(key); err == nil {
 		return c, nil
 	}
-	m.cleanWarmLeftovers(ctx, tmpl)
+	im.cleanWarmLeftovers(ctx, tmpl)
 	t0 := time.Now()
-	limits, err := limitsFor(Limits{}, Limits{CPUs: tmpl.Defaults.CPUs, MemoryBytes: tmpl.Defaults.MemoryBytes, DiskBytes: tmpl.Defaults.DiskBytes}, m.cfg.Limits)
+	limits, err := limitsFor(Limits{}, Limits{CPUs: tmpl.Defaults.CPUs, MemoryBytes: tmpl.Defaults.MemoryBytes, DiskBytes: tmpl.Defaults.DiskBytes}, im.cfg.Limits)
 	if err != nil {
 		return nil, err
 	}
@@ -262,11 +157,11 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("creating warm build dir: %w", err)
 	}
-	b, err := m.hiddenBox(ctx, tmpl, rt, limits, false, tmpl.WarmSandboxDir())
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, nil, tmpl.WarmSandboxDir())
 	if err != nil {
 		return nil, fmt.Errorf("booting the warm build sandbox: %w", err)
 	}
-	defer m.discard(context.WithoutCancel(ctx), b)
+	defer im.core.discard(context.WithoutCancel(ctx), b)
 	wctx, cancel := context.WithTimeout(ctx, tmpl.Warm.Timeout())
 	defer cancel()
 	if err := runWarmStep(wctx, &Agent{conn: b.conn}, tmpl.Warm); err != nil {
@@ -278,15 +173,15 @@ func (m *Manager) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	}
 	defer os.RemoveAll(work) // gone once published
 	c := &template.Checkpoint{Key: key, Limits: template.Limits(limits), Dir: work}
-	if _, err := m.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
+	if _, err := im.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
 		return nil, err
 	}
-	c.Runtime, c.Agent = m.warmEnv()[0], filepath.Base(m.agentDir)
+	c.Runtime, c.Agent = im.warmEnv()[0], im.agentBuild
 	c.CreatedAt, c.Took = time.Now().UTC(), time.Since(t0).Round(time.Millisecond).String()
 	if c, err = tmpl.PublishCheckpoint(work, c); err != nil {
 		return nil, err
 	}
-	m.log.Info("warm checkpoint built", "template", name, "key", key, "took", time.Since(t0))
+	im.log.Info("warm checkpoint built", "template", name, "key", key, "took", time.Since(t0))
 	return c, nil
 }
 
@@ -350,7 +245,7 @@ func deadline(ctx context.Context) time.Time {
 
 // cleanWarmLeftovers destroys the warm build sandboxes that crashed
 // builders left in tmpl's build dir. Callers hold tmpl.LockWarm.
-func (m *Manager) cleanWarmLeftovers(ctx context.Context, tmpl *template.Template) {
+func (im *Images) cleanWarmLeftovers(ctx context.Context, tmpl *template.Template) {
 	parent := tmpl.WarmSandboxDir()
 	ents, _ := os.ReadDir(parent)
 	for _, e := range ents {
@@ -358,13 +253,13 @@ func (m *Manager) cleanWarmLeftovers(ctx context.Context, tmpl *template.Templat
 		if err != nil {
 			continue
 		}
-		m.log.Warn("destroying a warm build sandbox left by a crash", "sandbox_id", id, "template", tmpl.Name)
+		im.log.Warn("destroying a warm build sandbox left by a crash", "sandbox_id", id, "template", tmpl.Name)
 		dir := filepath.Join(parent, e.Name())
-		for _, rt := range m.runtimes {
+		for _, rt := range im.runtimes {
 			_ = deleteContainer(ctx, rt, id, dir, nil)
 		}
 		if err := rootfs.Unmount(ctx, filepath.Join(dir, layerDir)); err != nil {
-			m.log.Error("unmounting leftover warm build sandbox", "sandbox_id", id, "err", err)
+			im.log.Error("unmounting leftover warm build sandbox", "sandbox_id", id, "err", err)
 			continue
 		}
 		_ = os.RemoveAll(dir)
@@ -375,10 +270,10 @@ func (m *Manager) cleanWarmLeftovers(ctx context.Context, tmpl *template.Templat
 // every built template that has a warm step (kiln serve runs it in the
 // background at start; until a checkpoint exists its template's sandboxes
 // boot cold). Failures are logged.
-func (m *Manager) WarmTemplates(ctx context.Context) {
-	ts, err := template.List(m.cfg.DataDir)
+func (im *Images) WarmTemplates(ctx context.Context) {
+	ts, err := template.List(im.cfg.DataDir)
 	if err != nil {
-		m.log.Error("listing templates to warm", "err", err)
+		im.log.Error("listing templates to warm", "err", err)
 		return
 	}
 	for _, t := range ts {
@@ -390,13 +285,13 @@ func (m *Manager) WarmTemplates(ctx context.Context) {
 		done, cancel := context.WithCancel(ctx)
 		cancel()
 		if unlock, err := t.LockWarm(done); err == nil {
-			m.cleanWarmLeftovers(ctx, t)
+			im.cleanWarmLeftovers(ctx, t)
 			unlock()
 		}
-		if c, why := m.warmCheckpoint(t, m.runtimes["runsc"], Limits{}); c == nil && strings.HasPrefix(why, "no warm checkpoint") {
-			m.log.Info("building warm checkpoint", "template", t.Name)
-			if _, err := m.BuildWarm(ctx, t.Name); err != nil && ctx.Err() == nil {
-				m.log.Error("building warm checkpoint; its sandboxes boot cold", "template", t.Name, "err", err)
+		if c, why := im.warmCheckpoint(t, im.runtimes["runsc"], Limits{}); c == nil && strings.HasPrefix(why, "no warm checkpoint") {
+			im.log.Info("building warm checkpoint", "template", t.Name)
+			if _, err := im.BuildWarm(ctx, t.Name); err != nil && ctx.Err() == nil {
+				im.log.Error("building warm checkpoint; its sandboxes boot cold", "template", t.Name, "err", err)
 			}
 		}
 	}

@@ -53,7 +53,7 @@ func (l *logBuffer) String() string {
 }
 
 // newLoggedManager is newManager with its log kept, on the given runtimes.
-func newLoggedManager(t *testing.T, cfg sandbox.Config, rts map[string]oci.Runtime) (*sandbox.Manager, *logBuffer) {
+func newLoggedManager(t *testing.T, cfg sandbox.Config, rts map[string]oci.Runtime) (*sandbox.Manager, *sandbox.Images, *logBuffer) {
 	t.Helper()
 	lb := &logBuffer{t: t}
 	m, err := sandbox.NewManager(context.Background(), cfg, rts, slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -61,7 +61,11 @@ func newLoggedManager(t *testing.T, cfg sandbox.Config, rts map[string]oci.Runti
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
-	return m, lb
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, im, lb
 }
 
 // pandasLoaded is Python that tells whether pandas was imported before
@@ -70,12 +74,12 @@ const pandasLoaded = `'pandas' in __import__('sys').modules`
 
 // buildWarm makes (or finds) the warm checkpoint of code-interpreter for
 // this test binary's agent.
-func buildWarm(t *testing.T, m *sandbox.Manager) *template.Checkpoint {
+func buildWarm(t *testing.T, im *sandbox.Images) *template.Checkpoint {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	c, err := m.BuildWarm(ctx, codeInterpreter)
+	c, err := im.BuildWarm(ctx, codeInterpreter)
 	if err != nil {
 		t.Fatalf("building warm checkpoint: %v", err)
 	}
@@ -90,8 +94,8 @@ func TestWarmTemplate(t *testing.T) {
 	requireRunsc(t)
 	cfg := testConfig(t)
 	requireCodeInterpreter(t, cfg)
-	m, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
-	buildWarm(t, m)
+	m, im, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	buildWarm(t, im)
 
 	es := make([]*env, 2)
 	for i := range es {
@@ -146,8 +150,8 @@ func TestWarmFallsBackToCold(t *testing.T) {
 	cfg := testConfig(t)
 	requireCodeInterpreter(t, cfg)
 	{
-		m := newManager(t, cfg)
-		buildWarm(t, m)
+		_, im := newImages(t, cfg)
+		buildWarm(t, im)
 	}
 	check := func(t *testing.T, m *sandbox.Manager, logs *logBuffer, rt, reason string) {
 		t.Helper()
@@ -165,20 +169,20 @@ func TestWarmFallsBackToCold(t *testing.T) {
 	t.Run("key changed", func(t *testing.T) {
 		c := cfg
 		c.RunscExtraFlags = []string{"--watchdog-action=log"} // a flag Kiln does not pass: only the key changes
-		m, logs := newLoggedManager(t, c, runtimes(c.Config))
+		m, _, logs := newLoggedManager(t, c, runtimes(c.Config))
 		check(t, m, logs, "runsc", "no warm checkpoint")
 	})
 	t.Run("restore fails", func(t *testing.T) {
 		rts := runtimes(cfg.Config)
 		rts["runsc"] = &brokenRestore{rts["runsc"].(*oci.CLI)}
-		m, logs := newLoggedManager(t, cfg, rts)
+		m, _, logs := newLoggedManager(t, cfg, rts)
 		check(t, m, logs, "runsc", "restoring the warm checkpoint failed")
 		if ents, err := stateDirs(cfg); err != nil || len(ents) != 1 {
 			t.Errorf("state dir after a failed warm restore: %v %v, want only the sandbox", ents, err)
 		}
 	})
 	t.Run("runc", func(t *testing.T) {
-		m, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+		m, _, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
 		check(t, m, logs, "runc", "runc cannot restore checkpoints")
 	})
 }
@@ -229,14 +233,14 @@ func TestWarmStartAndReady(t *testing.T) {
 	if err := os.Symlink("h1", filepath.Join(template.Dir(cfg.DataDir), "warmbase", "current")); err != nil {
 		t.Fatal(err)
 	}
-	m, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	m, im, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
 	ctx := context.Background()
 
-	left, err := m.LeaveWarmBuildSandbox(ctx, "warmbase")
+	left, err := im.LeaveWarmBuildSandbox(ctx, "warmbase")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.WarmTemplates(ctx)
+	im.WarmTemplates(ctx)
 	tmpl, _ := template.Lookup(cfg.DataDir, "warmbase")
 	if ents, _ := os.ReadDir(tmpl.WarmSandboxDir()); len(ents) != 0 {
 		t.Errorf("warm build sandboxes left: %v", ents)

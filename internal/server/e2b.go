@@ -17,7 +17,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 		return next
 	}
 	eo := *o
-	eo.Manager, eo.Log, eo.Edge = s.m, log, s.edge
+	eo.Manager, eo.Images, eo.Log, eo.Edge = s.m, s.im, log, s.edge
 	if eo.PortProxy == nil {
 		eo.PortProxy = s.portProxy().ServePort
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // forkSandbox forks a running runsc sandbox into new ones (see
-// sandbox.Manager.Fork); the forks belong to the caller and count
+// sandbox.Images.Fork); the forks belong to the caller and count
 // against its quota.
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 	var req api.ForkRequest
@@ -25,7 +25,7 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	start := time.Now()
-	sbs, err := s.m.Fork(r.Context(), sb.ID, req.Count, s.quota(caller(r)))
+	sbs, err := s.im.Fork(r.Context(), sb.ID, req.Count, s.quota(caller(r)))
 	s.metrics.ObserveOp("fork", time.Since(start), errCode(err))
 	if err != nil {
 		return fmt.Errorf("forking sandbox: %w", err)

@@ -44,8 +44,10 @@ type Options struct {
 	// PingInterval is the silence after which streams send a ping event
 	// (default 15s).
 	PingInterval time.Duration
+	// Images serves snapshots and forks: the Manager's Images.
+	Images *sandbox.Images
 	// E2B, if set, also serves E2B's API on the same handler (see
-	// mountE2B); Manager, Log and Edge are filled in here.
+	// mountE2B); Manager, Images, Log and Edge are filled in here.
 	E2B *e2b.Options
 }
 
@@ -53,6 +55,7 @@ type Options struct {
 // streams.
 type Server struct {
 	m       *sandbox.Manager
+	im      *sandbox.Images
 	keys    *keyCache
 	log     *slog.Logger
 	metrics *metrics.Metrics
@@ -91,7 +94,7 @@ func New(o Options) *Server {
 		o.PingInterval = 15 * time.Second
 	}
 	s := &Server{
-		m: o.Manager, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
+		m: o.Manager, im: o.Images, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
 		mux: http.NewServeMux(),
 	}

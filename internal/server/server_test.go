@@ -100,13 +100,19 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := metrics.New(m)
+	mt.RegisterImages(im)
 	h := &harness{t: t, m: m, store: st, sandbox: canSandbox}
 	h.admin = h.makeKey("admin", true, 0)
 	h.a = h.makeKey("a", false, o.quotaA)
 	h.b = h.makeKey("b", false, 0)
 	cfg.Server.Edge = o.edge
 	so := server.Options{
-		Manager: m, Keys: st, Log: log, Metrics: metrics.New(m), Config: cfg, Version: "test",
+		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: "test",
 		PingInterval: o.ping, KeyCacheTTL: o.keyCache,
 	}
 	if o.e2b {

@@ -10,7 +10,7 @@ import (
 )
 
 // createSnapshot takes a named snapshot of the caller's running runsc
-// sandbox {id}, which keeps running (see sandbox.Manager.Snapshot).
+// sandbox {id}, which keeps running (see sandbox.Images.Snapshot).
 func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var req api.SnapshotRequest
 	if err := decodeJSON(w, r, &req); err != nil {
@@ -24,7 +24,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	start := time.Now()
-	snap, err := s.m.Snapshot(r.Context(), sb.ID, req.Name)
+	snap, err := s.im.Snapshot(r.Context(), sb.ID, req.Name)
 	s.metrics.ObserveOp("snapshot", time.Since(start), errCode(err))
 	if err != nil {
 		return fmt.Errorf("snapshotting sandbox: %w", err)
@@ -38,7 +38,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err := checkQuery(r.URL.Query()); err != nil {
 		return err
 	}
-	snaps, err := s.m.Snapshots(r.Context(), caller(r).ID)
+	snaps, err := s.im.Snapshots(r.Context(), caller(r).ID)
 	if err != nil {
 		return fmt.Errorf("listing snapshots: %w", err)
 	}
@@ -52,7 +52,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 
 // getSnapshot returns the caller's snapshot {name}.
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
-	snap, err := s.m.GetSnapshot(r.Context(), caller(r).ID, r.PathValue("name"))
+	snap, err := s.im.GetSnapshot(r.Context(), caller(r).ID, r.PathValue("name"))
 	if err != nil {
 		return fmt.Errorf("getting snapshot: %w", err)
 	}
@@ -62,7 +62,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 // deleteSnapshot deletes the caller's snapshot {name}; sandboxes made
 // from it are not affected.
 func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
-	if err := s.m.DeleteSnapshot(r.Context(), caller(r).ID, r.PathValue("name")); err != nil {
+	if err := s.im.DeleteSnapshot(r.Context(), caller(r).ID, r.PathValue("name")); err != nil {
 		return fmt.Errorf("deleting snapshot: %w", err)
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -55,9 +55,18 @@ func Config(t testing.TB, agentPath string) sandbox.Config {
 	return sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st}
 }
 
-// NewManager starts a Manager whose logs go to the test log; it is closed
-// (its sandboxes killed) when the test ends.
+// NewManager starts a Manager, with its Images wired as kiln serve wires
+// them, whose logs go to the test log; it is closed (its sandboxes killed)
+// when the test ends.
 func NewManager(t testing.TB, cfg sandbox.Config) *sandbox.Manager {
+	t.Helper()
+	m, _ := NewManagerImages(t, cfg)
+	return m
+}
+
+// NewManagerImages is NewManager that also returns the Manager's Images
+// (snapshots, forks, warm checkpoints, pools).
+func NewManagerImages(t testing.TB, cfg sandbox.Config) (*sandbox.Manager, *sandbox.Images) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := sandbox.NewManager(context.Background(), cfg, OCIRuntimes(cfg.Config), log)
@@ -72,7 +81,11 @@ func NewManager(t testing.TB, cfg sandbox.Config) *sandbox.Manager {
 		}
 		m.Close()
 	})
-	return m
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, im
 }
 
 // ForEachRuntime runs f as a parallel subtest per runtime.

@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/oci"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// The bring-up paths that start from an image (pipeline.go): a template's
+// warm checkpoint (warm), a fork's or a snapshot's image (restore). Images
+// decides which image a sandbox comes from; the core brings it up.
+
+// launch gives b (whose record and dir exist) a writable layer, a bundle
+// and a running container whose agent answers, pushing an undo step for
+// each. With a warm checkpoint ck of tmpl (from Images) it restores that;
+// otherwise, or if that fails, it boots the agent, logging why when why
+// (the reason there is no ck) says. It reports whether it restored.
+//
+// settle makes a warm restore return only once the warm kernel has its new
+// env and seeds (pool fills, whose sandbox should be ready when claimed);
+// otherwise that step runs while the caller goes on.
+func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, ck *template.Checkpoint, why string, settle bool, c *cleanup) (_ *channel.Conn, warm bool, _ error) {
+	if ck != nil && m.netNS(b.rec.ID) != "" {
+		// Warm checkpoints are made without a network; a restored
+		// netstack keeps the checkpoint's interfaces.
+		ck, why = nil, "networked sandboxes boot cold"
+	}
+	if ck != nil {
+		conn, err := m.restoreWarm(ctx, b, rt, tmpl, ck, settle, c)
+		if err == nil {
+			return conn, true, nil
+		}
+		if ctx.Err() != nil {
+			return nil, false, err
+		}
+		why = "restoring the warm checkpoint failed: " + err.Error()
+	}
+	if why != "" {
+		m.log.Info("booting cold", "sandbox_id", b.rec.ID, "template", tmpl.Name, "reason", why)
+	}
+	conn, err := m.bringUp(ctx, bringup{path: pathBoot, b: b, rt: rt, tmpl: tmpl}, c)
+	return conn, false, err
+}
+
+// restoreWarm brings b up from the warm checkpoint ck: a copy of its
+// layer image, a bundle of b's own (hostname, cgroup, limits), runsc
+// restore on new FIFOs, a session and the identify call that gives the
+// agent b's id and env. On failure it leaves b's dir empty (so b can boot
+// instead); on success it hands its undo steps to c.
+func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, ck *template.Checkpoint, settle bool, c *cleanup) (_ *channel.Conn, err error) {
+	var mine cleanup
+	mine.add(func(context.Context) error { return clearDir(b.dir) })
+	defer func() {
+		if err == nil {
+			c.take(&mine)
+		} else if uerr := mine.unwind(ctx); uerr != nil {
+			m.log.Error("unwinding failed warm restore", "sandbox_id", b.rec.ID, "err", uerr)
+		}
+	}()
+	return m.bringUp(ctx, bringup{
+		path: pathWarm, b: b, rt: rt, tmpl: tmpl, disk: ck.Disk(), checkpoint: ck.Image(),
+		identify: true, warmCode: warmKernelCode(tmpl.Warm, b.rec, true), settle: settle,
+	}, &mine)
+}
+
+// restoreNew makes a new sandbox, rec (its id, times and env already set,
+// state creating), from the image in dir (see capture) through the
+// pipeline's restore path: its own record (admitted against the owner's
+// quota q), dir, network if the image's sandbox had one, copy of the
+// layer image mounted over tmpl, bundle with its own hostname and cgroup,
+// runsc restore, a channel session and its identity (the restored agent
+// still has the source's). On failure it unwinds what it made and returns
+// a nil box; on success the sandbox is live and running.
+func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Template, dir string, q Quota) (_ *box, err error) {
+	b := &box{dir: filepath.Join(m.cfg.StateDir, rec.ID.String()), rec: rec}
+	log := m.log.With("sandbox_id", rec.ID)
+
+	var c cleanup
+	defer func() {
+		if err != nil {
+			if uerr := c.unwind(ctx); uerr != nil {
+				log.Error("unwinding failed create", "err", uerr)
+			}
+		}
+	}()
+	caps, err := imageCaps(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.enroll(ctx, pathRestore, b, &q, &c); err != nil {
+		return nil, err
+	}
+	if err := m.attachRestored(ctx, b, dir, &c); err != nil {
+		return nil, err
+	}
+	conn, err := m.bringUp(ctx, bringup{
+		path: pathRestore, b: b, rt: m.runtimes[rec.Runtime], tmpl: tmpl,
+		disk: filepath.Join(dir, imageDisk), checkpoint: filepath.Join(dir, imageCheckpoint), identify: true,
+		caps: caps,
+	}, &c)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.goLive(ctx, b, conn); err != nil {
+		return nil, err
+	}
+	c.release()
+	return b, nil
+}
+
+// bundle is the OCI bundle of b on the layer mounted at root: the agent as
+// PID 1 with b's env, hostname b's id, cgroup /kiln/<id> with b's limits.
+// pidsCgroup is runc's user pids cgroup ("" for runsc); caps, if set, is
+// the capability set (a restore's: its image's).
+func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string, caps []string) *oci.Bundle {
+	if caps == nil {
+		caps = m.specCaps
+	}
+	return &oci.Bundle{Dir: b.dir, Spec: oci.NewSpec(oci.SpecOptions{
+		Rootfs:       root,
+		Args:         []string{agentBinary},
+		Env:          m.agentEnv(b.rec),
+		Cwd:          "/",
+		Hostname:     b.rec.ID.String(),
+		Limits:       m.runtimeLimits(rt.Name(), b.rec.Limits),
+		CgroupsPath:  cgroupsPath(b.rec.ID),
+		AgentDir:     m.agentDir,
+		PidsCgroup:   pidsCgroup,
+		Runtime:      rt.Name(),
+		Capabilities: caps,
+		NetNS:        m.netNS(b.rec.ID),
+	})}
+}
+
+// warmKernelCode is the code that gives the kernel the warm step started
+// (running since the checkpoint, so identify's env does not reach it) the
+// sandbox's id and env, and with reseed new random seeds: every restore of
+// a checkpoint would otherwise draw the same "random" numbers. Only Python
+// kernels are warmed this way today (nil for other templates); other
+// languages' kernels are left as they are.
+func warmKernelCode(w *template.Warm, rec Sandbox, reseed bool) *wire.ExecuteParams {
+	if w == nil || w.Code == "" || w.Language != "python" {
+		return nil
+	}
+	env := map[string]string{"KILN_SANDBOX_ID": rec.ID.String()}
+	for k, v := range rec.Env {
+		env[k] = v
+	}
+	b, _ := json.Marshal(env)
+	code := fmt.Sprintf(`(lambda os, new: os.environ.update(new))(__import__("os"), %s)`, b)
+	if reseed {
+		code += "\n" + `(lambda sys: (__import__("random").seed(), sys.modules["numpy"].random.seed() if "numpy" in sys.modules else None) and None)(__import__("sys"))`
+	}
+	return &wire.ExecuteParams{Language: w.Language, Code: code, TimeoutMs: identifyTimeout.Milliseconds()}
+}
