@@ -28,8 +28,12 @@ type Limits struct {
 // Sandbox is the record of one sandbox. Values returned by the Manager are
 // copies; they do not change when the sandbox does.
 type Sandbox struct {
-	ID        ID                `json:"id"`
-	Template  string            `json:"template"`
+	ID       ID     `json:"id"`
+	Template string `json:"template"`
+	// Build is the build of the custom template the sandbox started from
+	// ("" for a built-in): a fork, restore or resume uses it, whatever the
+	// template's name points at now.
+	Build     string            `json:"build,omitempty"`
 	Runtime   string            `json:"runtime"`
 	State     State             `json:"state"`
 	Reason    string            `json:"reason,omitempty"` // why it failed or stopped
