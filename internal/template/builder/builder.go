@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -155,7 +156,8 @@ func (b *Builder) recover(ctx context.Context) error {
 }
 
 // GC removes the layers that no build still waiting, building or ready
-// references and no running build holds.
+// references, no sandbox that has not ended (running or paused, whatever
+// its build's record says now) uses, and no running build holds.
 func (b *Builder) GC(ctx context.Context) error {
 	recs, err := b.cfg.Records.BuildsIn(ctx, template.BuildWaiting, template.BuildBuilding, template.BuildReady)
 	if err != nil {
@@ -167,6 +169,9 @@ func (b *Builder) GC(ctx context.Context) error {
 			keep[k] = true
 		}
 	}
+	if err := b.keepPinned(ctx, keep); err != nil {
+		return err
+	}
 	res, err := b.cfg.Layers.GC(ctx, func(k string) bool { return keep[k] })
 	if err != nil {
 		return fmt.Errorf("collecting layers: %w", err)
@@ -176,6 +181,43 @@ func (b *Builder) GC(ctx context.Context) error {
 	}
 	return nil
 }
+
+// keepPinned adds to keep the layers of the builds that sandboxes not
+// ended started from (a build whose record is gone, or failed, still has
+// sandboxes on it until they end).
+func (b *Builder) keepPinned(ctx context.Context, keep map[string]bool) error {
+	if b.cfg.Sandboxes == nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	f := sandbox.Filter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping}, Limit: 1000}
+	for {
+		sbs, next, err := b.cfg.Sandboxes.List(ctx, f)
+		if err != nil {
+			return fmt.Errorf("listing sandboxes for layer GC: %w", err)
+		}
+		for _, sb := range sbs {
+			if sb.Build == "" || seen[sb.Build] {
+				continue
+			}
+			seen[sb.Build] = true
+			t, err := b.cfg.Catalog.Build(sb.Build)
+			if err != nil {
+				continue // its manifest is gone: nothing of it to keep
+			}
+			for _, dir := range t.Layers {
+				keep[layerKeyOf(dir)] = true
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		f.Token = next
+	}
+}
+
+// layerKeyOf is the key of a layer store dir (…/layers/<key>/root).
+func layerKeyOf(dir string) string { return filepath.Base(filepath.Dir(dir)) }
 
 // Close cancels every running build and waits for each to end (failed,
 // its sandbox killed).

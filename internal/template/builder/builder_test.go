@@ -38,6 +38,7 @@ type env struct {
 	cfg     builder.Config
 	b       *builder.Builder
 	m       *sandbox.Manager
+	im      *sandbox.Images
 	records *sqlite.Store
 	layers  *layer.Store
 	catalog *template.Catalog
@@ -46,8 +47,7 @@ type env struct {
 func newEnv(t *testing.T, rt string) *env {
 	t.Helper()
 	scfg := sandboxtest.Config(t, agentPath)
-	m := sandboxtest.NewManager(t, scfg)
-	e := &env{t: t, dataDir: t.TempDir(), m: m}
+	e := &env{t: t, dataDir: t.TempDir()}
 	if err := os.Symlink(template.Dir(scfg.DataDir), template.Dir(e.dataDir)); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +60,10 @@ func newEnv(t *testing.T, rt string) *env {
 		t.Fatal(err)
 	}
 	e.catalog = &template.Catalog{DataDir: e.dataDir, Store: e.records}
+	scfg.Catalog = e.catalog
+	e.m, e.im = sandboxtest.NewManagerImages(t, scfg)
 	e.cfg = builder.Config{DataDir: e.dataDir, Records: e.records, Layers: e.layers, Catalog: e.catalog,
-		Sandboxes: m, Runtime: rt, Network: sandbox.NetworkNone, BuildTimeout: 5 * time.Minute,
+		Sandboxes: e.m, Runtime: rt, Network: sandbox.NetworkNone, BuildTimeout: 5 * time.Minute,
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	e.b = e.open()
 	return e
