@@ -42,6 +42,7 @@ const (
 	DefaultMaxContextBytes = 1 << 30
 	DefaultMaxPerOwner     = 2
 	DefaultMaxConcurrent   = 4
+	DefaultReadyTimeout    = 10 * time.Minute
 )
 
 // MetaBuild is the metadata key of build sandboxes: its value is the id of
@@ -60,6 +61,10 @@ type Config struct {
 	Layers    *layer.Store
 	Catalog   *template.Catalog
 	Sandboxes *sandbox.Manager
+	// Images takes the warm snapshot of a template with a start command
+	// (runsc); nil, or a server without checkpoint/restore, builds such
+	// templates without one.
+	Images *sandbox.Images
 	// Runtime runs build sandboxes ("": the Manager's default).
 	Runtime string
 	// Network is the network mode of build sandboxes ("": nat, so that
@@ -67,6 +72,9 @@ type Config struct {
 	Network string
 	// BuildTimeout bounds a build (default DefaultBuildTimeout).
 	BuildTimeout time.Duration
+	// ReadyTimeout bounds the start and ready commands of a warm snapshot
+	// (default DefaultReadyTimeout, E2B's).
+	ReadyTimeout time.Duration
 	// MaxLayerBytes bounds what one step (or image layer) may write;
 	// MaxContextBytes the uploaded files one COPY/ADD step reads.
 	MaxLayerBytes   int64
@@ -106,6 +114,9 @@ func New(ctx context.Context, cfg Config) (*Builder, error) {
 	}
 	if cfg.BuildTimeout <= 0 {
 		cfg.BuildTimeout = DefaultBuildTimeout
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
 	if cfg.MaxLayerBytes <= 0 {
 		cfg.MaxLayerBytes = DefaultMaxLayerBytes

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -159,10 +161,21 @@ func (r *run) finalize(ctx context.Context) error {
 	d.Env = maps.Clone(d.Env)
 	t := template.Template{Name: r.rec.Template, Hash: r.rec.ID, Build: r.rec.ID, Layers: r.dirs, Defaults: d}
 	if r.cfg.StartCmd != "" {
-		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd}
+		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd,
+			TimeoutSeconds: int((r.b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
 	}
-	if err := template.WriteManifest(r.b.buildDir(r.rec.ID), &t); err != nil {
+	dir := r.b.buildDir(r.rec.ID)
+	if err := template.WriteManifest(dir, &t); err != nil {
 		return r.hide("writing the template manifest", err)
+	}
+	if t.Warm != nil {
+		built, err := r.b.cfg.Catalog.Build(r.rec.ID) // as sandboxes will see it
+		if err != nil {
+			return r.hide("reading the template manifest", err)
+		}
+		if err := r.warm(ctx, built); err != nil {
+			return err
+		}
 	}
 	rec := r.rec
 	rec.Status, rec.Layers, rec.Config, rec.FinishedAt = template.BuildReady, r.keys, r.cfg, time.Now().UTC()
@@ -174,6 +187,28 @@ func (r *run) finalize(ctx context.Context) error {
 	if err := r.b.cfg.Records.PutTag(ctx, tr); err != nil {
 		return fmt.Errorf("tagging the build %s:%s: %w", rec.Template, r.tag, err)
 	}
+	return nil
+}
+
+// warm takes the template's warm snapshot: a sandbox of it runs the start
+// command, the ready command is retried until it succeeds, and the running
+// sandbox is checkpointed (runsc); sandboxes of the template are then
+// restored from it, the started process already running.
+func (r *run) warm(ctx context.Context, t *template.Template) error {
+	if r.b.cfg.Images == nil || !r.b.cfg.Images.CanWarm() {
+		r.logf(levelWarn, "[finalize] no warm snapshot: this server cannot checkpoint sandboxes")
+		return nil
+	}
+	r.logf(levelInfo, "[finalize] start %s; ready when %s", errdefs.ClipN(t.Warm.Start, 200), errdefs.ClipN(t.Warm.Ready, 200))
+	t0 := time.Now()
+	if _, err := r.b.cfg.Images.BuildWarmTemplate(ctx, t); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return &stepError{msg: fmt.Sprintf("the ready command %q did not succeed within %s", errdefs.ClipN(t.Warm.Ready, 200), r.b.cfg.ReadyTimeout),
+				class: errdefs.ErrFailedPrecondition}
+		}
+		return r.hide("taking the warm snapshot", err)
+	}
+	r.logf(levelInfo, "[finalize] warm snapshot taken in %s", since(t0))
 	return nil
 }
 
@@ -206,6 +241,11 @@ func (r *run) fail(ctx context.Context, err error) {
 		r.b.log.Error("recording a failed build", "build", rec.ID, "err", perr)
 	}
 	r.b.log.Info("build failed", "build", rec.ID, "template", rec.Template, "reason", errdefs.ClipN(reason, 200))
+	// The manifest and warm snapshot of a build that did not finish go:
+	// only the record and the log stay.
+	dir := r.b.buildDir(rec.ID)
+	_ = os.Remove(filepath.Join(dir, "template.json"))
+	_ = os.RemoveAll(filepath.Join(dir, "warm"))
 	r.release()
 	if gerr := r.b.GC(ctx); gerr != nil {
 		r.b.log.Warn("collecting a failed build's layers", "build", rec.ID, "err", gerr)
