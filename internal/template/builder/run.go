@@ -91,14 +91,34 @@ func (r *run) build(ctx context.Context) error {
 	if err := r.base(ctx); err != nil {
 		return err
 	}
+	if err := checkStack(r.dirs); err != nil {
+		return err
+	}
 	for i, st := range r.spec.Steps {
 		r.step = i
 		if err := r.runStep(ctx, i, st); err != nil {
 			return err
 		}
+		if err := checkStack(r.dirs); err != nil {
+			return err
+		}
 	}
 	r.step, r.stage = -1, "finalize"
 	return r.finalize(ctx)
+}
+
+// maxLowerBytes bounds the overlay lowerdir option of a template's layer
+// stack: the mount options of a sandbox's root filesystem (with its upper
+// and work dirs) must fit in one page.
+const maxLowerBytes = 3500
+
+// checkStack refuses a layer stack too deep to mount.
+func checkStack(dirs []string) error {
+	if n := len(template.Lower(dirs)); n > maxLowerBytes {
+		return fmt.Errorf("the template has %d layers, more than a sandbox's root filesystem can stack (combine RUN steps, or start from a base with fewer layers): %w",
+			len(dirs), errdefs.ErrResourceExhausted)
+	}
+	return nil
 }
 
 // push adds a layer on top of the stack; l is nil for a built-in's rootfs.

@@ -109,3 +109,22 @@ func TestResolvePath(t *testing.T) {
 		}
 	}
 }
+
+// A stack of layers too deep for the root filesystem's mount options is
+// refused with a clear error, before a sandbox fails to mount it.
+func TestCheckStack(t *testing.T) {
+	dir := "/var/lib/kiln/layers/layers/" + hash64 + "/root"
+	var dirs []string
+	for len(dirs) < 30 {
+		dirs = append(dirs, dir)
+	}
+	if err := checkStack(dirs); err != nil {
+		t.Fatalf("30 layers: %v", err)
+	}
+	for len(dirs) < 40 {
+		dirs = append(dirs, dir)
+	}
+	if err := checkStack(dirs); !errors.Is(err, errdefs.ErrResourceExhausted) || !strings.Contains(err.Error(), "the template has 40 layers") {
+		t.Fatalf("40 layers: %v", err)
+	}
+}
