@@ -140,11 +140,6 @@ func (s scrub) error(ctx context.Context, err error) error {
 	return err
 }
 
-// is reports whether err is a Connect error with code.
-func is(err error, code connect.Code) bool {
-	return connect.CodeOf(err) == code
-}
-
 func rpcErrorf(code connect.Code, format string, args ...any) error {
 	return connect.NewError(code, errors.New(errdefs.ClipMessage(fmt.Sprintf(format, args...), maxErrorMessage)))
 }

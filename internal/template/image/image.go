@@ -30,7 +30,6 @@ var Platform = v1.Platform{OS: "linux", Architecture: "amd64"}
 // Image is a resolved base image.
 type Image struct {
 	ref    string // what the user named it by, for messages
-	img    v1.Image
 	config Config
 	layers []Layer
 	close  func() error
@@ -72,9 +71,6 @@ func (i *Image) Config() Config { return i.config }
 // Layers returns the image's layers, bottom first.
 func (i *Image) Layers() []Layer { return i.layers }
 
-// V1 returns the underlying go-containerregistry image.
-func (i *Image) V1() v1.Image { return i.img }
-
 // Close releases what reading the image needed (the unpacked OCI layout of
 // an archive). Layers cannot be unpacked after Close.
 func (i *Image) Close() error {
@@ -99,7 +95,7 @@ func newImage(ref string, img v1.Image) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image %s: listing its layers: %w", errdefs.Clip(ref), err)
 	}
-	out := &Image{ref: ref, img: img, config: configOf(cf.Config)}
+	out := &Image{ref: ref, config: configOf(cf.Config)}
 	for n, l := range ls {
 		d, err := l.DiffID()
 		if err != nil {
