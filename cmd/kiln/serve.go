@@ -20,6 +20,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
 const serveUsage = `Usage:
@@ -80,6 +81,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{
 		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st, Net: nw,
+		Catalog: &template.Catalog{DataDir: cfg.DataDir, Store: st},
 	}, runtimes(ctx, cfg), log.With("component", "manager"))
 	if err != nil {
 		return err

@@ -28,41 +28,85 @@ var (
 	groupFile  = "/etc/group"
 )
 
-// lookupAccount resolves a wire user name ("" means the default user)
-// from /etc/passwd, falling back to uid/gid 1000 with home /home/user for
-// "user" and 0/0 with /root for "root" when the template has no entry.
+// lookupAccount resolves a wire user name ("" means the default user):
+// "user" and "root" from /etc/passwd, falling back to uid/gid 1000 with
+// home /home/user and 0/0 with /root when the template has no entry; any
+// other name of /etc/passwd; or, as Docker's USER takes them, a numeric
+// uid (its passwd entry if it has one, else home /) and either form with
+// ":group" (a name of /etc/group or a numeric gid) replacing the primary
+// group. Template builds run steps as whatever USER the recipe names.
 func lookupAccount(name string) (account, error) {
+	user, group, hasGroup := strings.Cut(name, ":")
 	var a account
-	switch name {
+	switch user {
 	case "", wire.UserDefault:
 		a = account{name: wire.UserDefault, uid: 1000, gid: 1000, home: "/home/user", shell: "/bin/bash"}
 	case wire.UserRoot:
 		a = account{name: wire.UserRoot, home: "/root", shell: "/bin/bash"}
-	default:
-		return account{}, &api.Error{Code: api.CodeInvalidArgument,
-			Message: "unknown user " + strconv.Quote(name) + `: want "user" or "root"`}
 	}
-	if f, ok := readPasswd(a.name); ok {
-		a.uid, a.gid, a.home, a.shell = f.uid, f.gid, f.home, f.shell
+	if a.home != "" {
+		if f, ok := readPasswd(func(n string, _ uint32) bool { return n == a.name }); ok {
+			a.uid, a.gid, a.home, a.shell = f.uid, f.gid, f.home, f.shell
+		}
+	} else if uid, err := strconv.ParseUint(user, 10, 32); err == nil {
+		a = account{name: user, uid: uint32(uid), gid: uint32(uid), home: "/", shell: "/bin/sh"}
+		if f, ok := readPasswd(func(_ string, u uint32) bool { return u == uint32(uid) }); ok {
+			a = f
+		}
+	} else if f, ok := readPasswd(func(n string, _ uint32) bool { return n == user }); ok {
+		a = f
+	} else {
+		return account{}, unknownUser(name)
+	}
+	if hasGroup {
+		gid, ok := lookupGroup(group)
+		if !ok {
+			return account{}, unknownUser(name)
+		}
+		a.gid = gid
 	}
 	a.groups = supplementaryGroups(a.name, a.gid)
 	return a, nil
 }
 
-// readPasswd finds name in the passwd file.
-func readPasswd(name string) (account, bool) {
+func unknownUser(name string) error {
+	return &api.Error{Code: api.CodeInvalidArgument,
+		Message: "unknown user " + strconv.Quote(name) + ": want a user of the template's /etc/passwd or a uid[:gid]"}
+}
+
+// lookupGroup resolves a group name of /etc/group or a numeric gid.
+func lookupGroup(group string) (uint32, bool) {
+	if g, err := strconv.ParseUint(group, 10, 32); err == nil {
+		return uint32(g), true
+	}
+	var gid uint32
+	found := false
+	scanLines(groupFile, func(f []string) bool {
+		if len(f) < 3 || f[0] != group {
+			return true
+		}
+		g, err := strconv.ParseUint(f[2], 10, 32)
+		gid, found = uint32(g), err == nil
+		return !found
+	})
+	return gid, found
+}
+
+// readPasswd finds the first entry of the passwd file that match
+// accepts (by name and uid).
+func readPasswd(match func(name string, uid uint32) bool) (account, bool) {
 	var a account
 	found := false
 	scanLines(passwdFile, func(f []string) bool {
-		if len(f) < 7 || f[0] != name {
+		if len(f) < 7 || f[0] == "" {
 			return true
 		}
 		uid, err1 := strconv.ParseUint(f[2], 10, 32)
 		gid, err2 := strconv.ParseUint(f[3], 10, 32)
-		if err1 != nil || err2 != nil {
+		if err1 != nil || err2 != nil || !match(f[0], uint32(uid)) {
 			return true
 		}
-		a = account{name: name, uid: uint32(uid), gid: uint32(gid), home: f[5], shell: f[6]}
+		a = account{name: f[0], uid: uint32(uid), gid: uint32(gid), home: f[5], shell: f[6]}
 		found = true
 		return false
 	})

@@ -65,10 +65,14 @@ func mountLayer(ctx context.Context, lower, dir string, fresh bool, makeImg func
 	if err != nil {
 		return nil, fmt.Errorf("resolving dir: %w", err)
 	}
-	if fi, err := os.Stat(lower); err != nil {
-		return nil, fmt.Errorf("checking lower dir: %w", err)
-	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("lower %s is not a directory: %w", lower, errdefs.ErrInvalidArgument)
+	// lower is one dir, or a stack of them top first joined by ':' (a
+	// custom template's layers).
+	for _, low := range strings.Split(lower, ":") {
+		if fi, err := os.Stat(low); err != nil {
+			return nil, fmt.Errorf("checking lower dir: %w", err)
+		} else if !fi.IsDir() {
+			return nil, fmt.Errorf("lower %s is not a directory: %w", low, errdefs.ErrInvalidArgument)
+		}
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -98,6 +102,10 @@ func mountLayer(ctx context.Context, lower, dir string, fresh bool, makeImg func
 	return &Layer{dir: dir}, nil
 }
 
+// Upper is the overlay upper dir of the layer under dir: what the sandbox
+// wrote to its root filesystem.
+func Upper(dir string) string { return filepath.Join(dir, layerName, "upper") }
+
 // mountParts loop-mounts dir's image on its layer dir and mounts the
 // overlay over lower on its rootfs dir, making the mount points if they
 // are missing. A fresh image gets new upper and work dirs.
@@ -106,7 +114,7 @@ func mountParts(lower, dir string, fresh bool) error {
 	if err := mountImage(filepath.Join(dir, imageName), layer); err != nil {
 		return err
 	}
-	upper, work := filepath.Join(layer, "upper"), filepath.Join(layer, "work")
+	upper, work := Upper(dir), filepath.Join(layer, "work")
 	for _, d := range []string{upper, work} {
 		if fresh {
 			if err := os.Mkdir(d, 0o755); err != nil {

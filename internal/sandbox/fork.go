@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // MaxForks is the most sandboxes one Fork makes.
@@ -57,7 +56,7 @@ func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		return nil, err
 	}
 	t1 := time.Now()
-	tmpl, err := template.Lookup(im.cfg.DataDir, src.Template)
+	tmpl, err := im.cfg.templateOf(src.Template, src.Build)
 	if err != nil {
 		return nil, fmt.Errorf("template of sandbox %s: %w", id, err)
 	}

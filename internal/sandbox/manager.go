@@ -61,6 +61,27 @@ type Config struct {
 	// Net gives sandboxes of network mode nat their network; nil: only
 	// mode none is available.
 	Net *network.Network
+	// Catalog finds the template a create names for its owner (custom
+	// templates, public ones, built-ins) and a pinned build by id; nil:
+	// the built-ins of DataDir only.
+	Catalog *template.Catalog
+}
+
+// catalog is how templates are found: Catalog, or DataDir's built-ins.
+func (c Config) catalog() *template.Catalog {
+	if c.Catalog != nil {
+		return c.Catalog
+	}
+	return &template.Catalog{DataDir: c.DataDir}
+}
+
+// templateOf is the template a sandbox or snapshot record started from:
+// its pinned build of a custom template, else the built-in name.
+func (c Config) templateOf(name, build string) (*template.Template, error) {
+	if build != "" {
+		return c.catalog().Build(build)
+	}
+	return template.Lookup(c.DataDir, name)
 }
 
 // Manager creates, tracks and destroys the sandboxes of one host: the
@@ -227,7 +248,7 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if opts.Cold {
 		images = noImages{} // neither a pooled sandbox nor a warm checkpoint
 	}
-	p, err := m.plan(opts)
+	p, err := m.plan(ctx, opts)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -286,7 +307,7 @@ type createPlan struct {
 
 // plan validates a create request (runtime, env, metadata, timeout,
 // template, limits, network) before anything is made.
-func (m *Manager) plan(opts CreateOptions) (createPlan, error) {
+func (m *Manager) plan(ctx context.Context, opts CreateOptions) (createPlan, error) {
 	if opts.Template == "" {
 		opts.Template = "base"
 	}
@@ -304,9 +325,11 @@ func (m *Manager) plan(opts CreateOptions) (createPlan, error) {
 	if err != nil {
 		return createPlan{}, err
 	}
-	tmpl, err := template.Lookup(m.cfg.DataDir, opts.Template)
-	if err != nil {
-		return createPlan{}, err
+	tmpl := opts.TemplateBuild
+	if tmpl == nil {
+		if tmpl, err = m.cfg.catalog().Resolve(ctx, opts.Owner, opts.Template); err != nil {
+			return createPlan{}, err
+		}
 	}
 	d := tmpl.Defaults
 	limits, err := limitsFor(opts.Limits, Limits{CPUs: d.CPUs, MemoryBytes: d.MemoryBytes, DiskBytes: d.DiskBytes}, m.cfg.Limits)
@@ -325,7 +348,7 @@ func (m *Manager) plan(opts CreateOptions) (createPlan, error) {
 	id := NewID()
 	now := time.Now().UTC()
 	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
-		ID: id, Template: tmpl.Name, Runtime: rt.Name(), State: StateCreating,
+		ID: id, Template: tmpl.Name, Build: tmpl.Build, Runtime: rt.Name(), State: StateCreating,
 		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
 		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
@@ -638,4 +661,16 @@ func validateVars(what string, vars map[string]string, envName bool) error {
 		}
 	}
 	return nil
+}
+
+// UpperDir is the overlay upper dir of live sandbox id: what it has
+// written to its root filesystem (the template builder captures it).
+func (m *Manager) UpperDir(id ID) (string, error) {
+	m.mu.Lock()
+	b, ok := m.boxes[id]
+	m.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("sandbox %s: %w", id, errdefs.ErrNotFound)
+	}
+	return rootfs.Upper(filepath.Join(b.dir, layerDir)), nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // Limits are one sandbox's resource limits.
@@ -27,8 +28,12 @@ type Limits struct {
 // Sandbox is the record of one sandbox. Values returned by the Manager are
 // copies; they do not change when the sandbox does.
 type Sandbox struct {
-	ID        ID                `json:"id"`
-	Template  string            `json:"template"`
+	ID       ID     `json:"id"`
+	Template string `json:"template"`
+	// Build is the build of the custom template the sandbox started from
+	// ("" for a built-in): a fork, restore or resume uses it, whatever the
+	// template's name points at now.
+	Build     string            `json:"build,omitempty"`
 	Runtime   string            `json:"runtime"`
 	State     State             `json:"state"`
 	Reason    string            `json:"reason,omitempty"` // why it failed or stopped
@@ -77,10 +82,14 @@ func (s Sandbox) Ended(state State, reason string, at time.Time) Sandbox {
 // or the server's defaults.
 type CreateOptions struct {
 	Template string
-	Runtime  string // runsc or runc
-	Limits   Limits
-	Env      map[string]string
-	Metadata map[string]string
+	// TemplateBuild, when set, is the template to make the sandbox from,
+	// given directly instead of by name (Template is then ignored): the
+	// template builder's build sandboxes run on a build in progress.
+	TemplateBuild *template.Template
+	Runtime       string // runsc or runc
+	Limits        Limits
+	Env           map[string]string
+	Metadata      map[string]string
 	// Timeout is how long the sandbox lives unless extended; 0 means the
 	// server's default.
 	Timeout time.Duration

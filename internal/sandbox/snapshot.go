@@ -14,7 +14,6 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // Snapshot is the record of a named snapshot: the image (checkpoint and
@@ -26,6 +25,7 @@ type Snapshot struct {
 	Owner     string            `json:"owner,omitempty"`
 	Source    ID                `json:"source"` // the sandbox it was taken of
 	Template  string            `json:"template"`
+	Build     string            `json:"build,omitempty"` // the custom template build of its source
 	Runtime   string            `json:"runtime"`
 	Limits    Limits            `json:"limits"`
 	User      string            `json:"user"`
@@ -121,7 +121,7 @@ func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 		return Snapshot{}, fmt.Errorf("measuring snapshot: %w", err)
 	}
 	snap := Snapshot{
-		ID: snapID, Name: name, Owner: owner, Source: src.ID, Template: src.Template, Runtime: src.Runtime,
+		ID: snapID, Name: name, Owner: owner, Source: src.ID, Template: src.Template, Build: src.Build, Runtime: src.Runtime,
 		Limits: src.Limits, User: src.User, Workdir: src.Workdir, Env: src.Env, Metadata: src.Metadata,
 		SizeBytes: size, Node: im.cfg.Node, CreatedAt: time.Now().UTC(),
 	}
@@ -251,7 +251,7 @@ func (im *Images) fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox
 	if !ok || !ck.CanCheckpoint() {
 		return Sandbox{}, fmt.Errorf("snapshot %q needs runtime %s with checkpoint/restore, which this server lacks: %w", name, snap.Runtime, errdefs.ErrFailedPrecondition)
 	}
-	tmpl, err := template.Lookup(im.cfg.DataDir, snap.Template)
+	tmpl, err := im.cfg.templateOf(snap.Template, snap.Build)
 	if err != nil {
 		return Sandbox{}, fmt.Errorf("template %s of snapshot %q: %w: %w", snap.Template, name, errdefs.ErrFailedPrecondition, err)
 	}
@@ -271,7 +271,7 @@ func (im *Images) fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox
 		return Sandbox{}, fmt.Errorf("snapshot %q's metadata with the request's: %w", name, err)
 	}
 	rec := Sandbox{
-		ID: NewID(), Template: snap.Template, Runtime: snap.Runtime, State: StateCreating,
+		ID: NewID(), Template: snap.Template, Build: snap.Build, Runtime: snap.Runtime, State: StateCreating,
 		Limits: snap.Limits, User: snap.User, Workdir: snap.Workdir, Env: env, Metadata: meta,
 		Owner: opts.Owner, Node: im.cfg.Node, CreatedAt: now, ExpiresAt: now.Add(timeout),
 		Timeout: timeout, AutoPause: opts.AutoPause, AutoResume: opts.AutoResume,

@@ -123,11 +123,26 @@ func (im *Images) BuildWarm(ctx context.Context, name string) (*template.Checkpo
 	if err != nil {
 		return nil, err
 	}
+	return im.BuildWarmTemplate(ctx, tmpl)
+}
+
+// CanWarm reports whether this host can take warm checkpoints (runsc with
+// checkpoint/restore).
+func (im *Images) CanWarm() bool {
+	ck, ok := im.runtimes["runsc"].(oci.Checkpointer)
+	return ok && ck.CanCheckpoint()
+}
+
+// BuildWarmTemplate is BuildWarm for a template given directly: a
+// built-in's build, or a custom template's (the template builder takes its
+// warm snapshot before it marks the build ready).
+func (im *Images) BuildWarmTemplate(ctx context.Context, tmpl *template.Template) (*template.Checkpoint, error) {
+	name := tmpl.Name
 	if tmpl.Warm == nil {
 		return nil, fmt.Errorf("template %s has no warm step: %w", name, errdefs.ErrInvalidArgument)
 	}
 	rt := im.runtimes["runsc"]
-	if ck, ok := rt.(oci.Checkpointer); !ok || !ck.CanCheckpoint() {
+	if !im.CanWarm() {
 		return nil, fmt.Errorf("warm templates need runsc (checkpoint/restore): %w", errdefs.ErrFailedPrecondition)
 	}
 	lock := im.warm.lock(tmpl.Dir)

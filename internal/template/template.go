@@ -178,6 +178,16 @@ type Template struct {
 // build complete.
 const manifestName = "template.json"
 
+// WriteManifest writes t as the manifest of the build dir dir (where
+// Lookup and Catalog.Build read it), atomically and flushed to disk.
+func WriteManifest(dir string, t *Template) error {
+	b, _ := json.MarshalIndent(t, "", "  ")
+	if err := writeSynced(filepath.Join(dir, manifestName), b); err != nil {
+		return fmt.Errorf("writing template manifest: %w", err)
+	}
+	return nil
+}
+
 // Dir is where templates live under a data dir.
 func Dir(dataDir string) string { return filepath.Join(dataDir, "templates") }
 

@@ -15,7 +15,7 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
 // microsecond, in UTC. An ended record is stored without env and metadata
@@ -36,17 +36,17 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 	// cascade to its metadata mid-statement.
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
 			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
-			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at`,
+			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, limits, sb.User, sb.Workdir,
 		env, meta, sb.Owner, sb.Node, micros(sb.CreatedAt), nullMicros(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt))
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt), sb.Build)
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -217,7 +217,7 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		ended             sql.NullInt64
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build); err != nil {
 		return sb, err
 	}
 	if ended.Valid {

@@ -14,7 +14,7 @@ import (
 
 func snapshot(id, owner, name string, created time.Time) sandbox.Snapshot {
 	return sandbox.Snapshot{
-		ID: id, Name: name, Owner: owner, Source: "srcbox000000001", Template: "code-interpreter", Runtime: "runsc",
+		ID: id, Name: name, Owner: owner, Source: "srcbox000000001", Template: "code-interpreter", Build: "bq2m4tyd7sk3n5wbxw6f4rpla", Runtime: "runsc",
 		Limits: sandbox.Limits{CPUs: 0.5, MemoryBytes: 256 << 20, DiskBytes: 1 << 30, Pids: 512},
 		User:   "user", Workdir: "/home/user",
 		Env:       map[string]string{"A": "1", "UNI": "ü→✓"},

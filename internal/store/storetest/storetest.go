@@ -130,7 +130,7 @@ func ids(sbs []sandbox.Sandbox) []string {
 
 func testSandboxRoundTrip(t *testing.T, s store.Backend) {
 	full := sandbox.Sandbox{
-		ID: "rtfull0000001", Template: "python-3.12", Runtime: "runc", State: sandbox.StatePaused,
+		ID: "rtfull0000001", Template: "python-3.12", Build: "bq2m4tyd7sk3n5wbxw6f4rpla", Runtime: "runc", State: sandbox.StatePaused,
 		Reason: "agent did not answer: 'quoted' \"double\" ünïcode",
 		Limits: sandbox.Limits{CPUs: 0.25, MemoryBytes: 3<<30 + 7, DiskBytes: 10 << 30, Pids: 4096},
 		User:   "root", Workdir: "/srv/app dir",

@@ -1,0 +1,197 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/image"
+)
+
+// builtinPrefix starts the key of a built-in template's root filesystem
+// used as the bottom layer: "builtin:<name>:<hash>". It is not in the
+// layer store; the built-in's build dir holds it.
+const builtinPrefix = "builtin:"
+
+// base puts the recipe's base on the stack: a template's layers and
+// config, or an image's layers, provisioned.
+func (r *run) base(ctx context.Context) error {
+	f := r.spec.From
+	r.user = "root"
+	if f.Template != "" {
+		r.logf(levelInfo, "[base] FROM template %s", f.Template)
+		return r.fromTemplate(ctx, f.Template)
+	}
+	return r.fromImage(ctx)
+}
+
+func (r *run) fromTemplate(ctx context.Context, ref string) error {
+	t, err := r.b.cfg.Catalog.Resolve(ctx, r.rec.Owner, ref)
+	if err != nil {
+		return fmt.Errorf("template %s: %w", ref, err)
+	}
+	if t.Build == "" { // a built-in: its rootfs is one layer
+		r.push(nil, builtinPrefix+t.Name+":"+t.Hash, t.Rootfs)
+		r.setBase(template.Config{Defaults: t.Defaults})
+		return nil
+	}
+	rec, err := r.b.cfg.Records.GetBuild(ctx, t.Build)
+	if err != nil {
+		return fmt.Errorf("template %s: its build %s: %w", ref, t.Build, err)
+	}
+	if rec.Status != template.BuildReady || len(rec.Layers) == 0 {
+		return fmt.Errorf("template %s: its build %s is not ready: %w", ref, t.Build, errdefs.ErrFailedPrecondition)
+	}
+	for _, k := range rec.Layers {
+		if name, ok := strings.CutPrefix(k, builtinPrefix); ok {
+			dir, err := r.builtinDir(name)
+			if err != nil {
+				return fmt.Errorf("template %s: %w", ref, err)
+			}
+			r.push(nil, k, dir)
+			continue
+		}
+		l, err := r.b.cfg.Layers.Acquire(k)
+		if err != nil {
+			return r.hide(fmt.Sprintf("template %s: layer %.12s", ref, k), err)
+		}
+		r.push(l, k, l.Dir())
+	}
+	r.setBase(rec.Config)
+	return nil
+}
+
+// builtinDir is the rootfs of a built-in template's build "<name>:<hash>".
+func (r *run) builtinDir(nameHash string) (string, error) {
+	name, hash, _ := strings.Cut(nameHash, ":")
+	if !template.ValidName(name) || !hexRE.MatchString(hash) {
+		return "", fmt.Errorf("malformed built-in layer %q: %w", errdefs.ClipN(nameHash, 80), errdefs.ErrInvalidArgument)
+	}
+	dir := filepath.Join(template.Dir(r.b.cfg.DataDir), name, hash, "rootfs")
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("the build %s of built-in template %s is gone (rebuild on the current one): %w", hash, name, errdefs.ErrFailedPrecondition)
+	}
+	return dir, nil
+}
+
+var hexRE = regexp.MustCompile(`^[0-9a-f]{1,64}$`)
+
+// setBase takes the base's config: its defaults and start command.
+func (r *run) setBase(c template.Config) {
+	r.cfg = c
+	r.cfg.Env = maps.Clone(c.Env)
+	if r.cfg.Env == nil {
+		r.cfg.Env = map[string]string{}
+	}
+	if r.spec.StartCmd != "" {
+		r.cfg.StartCmd, r.cfg.ReadyCmd = r.spec.StartCmd, r.spec.ReadyCmd
+	}
+	if r.cfg.StartCmd != "" && r.cfg.ReadyCmd == "" {
+		r.cfg.ReadyCmd = DefaultReadyCmd
+	}
+	r.workdir = r.cfg.Workdir
+	if r.workdir == "" {
+		r.workdir = "/"
+	}
+}
+
+// DefaultReadyCmd is the ready command of a template with a start command
+// and none of its own: a fixed wait, as E2B's.
+const DefaultReadyCmd = "sleep 20"
+
+func (r *run) fromImage(ctx context.Context) error {
+	f := r.spec.From
+	var img *image.Image
+	var err error
+	if f.Image != "" {
+		r.logf(levelInfo, "[base] FROM image %s", f.Image)
+		img, err = image.Pull(ctx, f.Image, f.Registry)
+	} else {
+		r.logf(levelInfo, "[base] FROM image archive %.12s", f.Archive)
+		p := r.b.filesPath(r.rec.Owner, f.Archive)
+		if _, serr := os.Stat(p); serr != nil {
+			return fmt.Errorf("image archive %.12s was not uploaded: %w", f.Archive, errdefs.ErrInvalidArgument)
+		}
+		img, err = image.Load(ctx, p, "archive "+f.Archive[:12], r.b.cfg.MaxLayerBytes)
+	}
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	layers := img.Layers()
+	for i, il := range layers {
+		if l, err := r.b.cfg.Layers.Acquire(il.Key); err == nil {
+			r.push(l, il.Key, l.Dir())
+			r.logf(levelInfo, "[base] layer %d/%d %.12s CACHED", i+1, len(layers), il.Key)
+			continue
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			return r.hide("reading the layer store", err)
+		}
+		r.logf(levelInfo, "[base] layer %d/%d %.12s: unpacking", i+1, len(layers), il.Key)
+		p, err := r.b.cfg.Layers.Create()
+		if err != nil {
+			return r.hide("making a layer", err)
+		}
+		if _, err := il.Unpack(ctx, p.Dir(), image.UnpackOptions{MaxBytes: r.b.cfg.MaxLayerBytes, Log: r.b.log}); err != nil {
+			_ = p.Discard()
+			return err
+		}
+		l, err := p.Publish(ctx, il.Key)
+		if err != nil {
+			_ = p.Discard()
+			return r.hide("storing the layer", err)
+		}
+		r.push(l, il.Key, l.Dir())
+	}
+	if len(layers) == 0 {
+		return fmt.Errorf("image %s has no layers: %w", img.Ref(), errdefs.ErrInvalidArgument)
+	}
+	c := img.Config()
+	env := map[string]string{}
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	// Sandboxes run as user in its home, whatever the image says, unless
+	// the recipe says otherwise; steps run as root in the image's workdir.
+	r.setBase(template.Config{Defaults: template.Defaults{User: "user", Workdir: c.Workdir, Env: env}})
+	if c.Workdir == "" {
+		r.cfg.Workdir = "/home/user"
+	}
+	return r.runCmd(ctx, "[base] provisioning the image (user, sudo, /tmp)",
+		api.TemplateStep{Type: api.StepRun, Args: []string{provisionScript}}, "root")
+}
+
+// provisionScript gives an image what Kiln's sandboxes expect, with the
+// tools any image has (POSIX sh; useradd, busybox adduser, or the account
+// files themselves): uid 1000 "user" with home /home/user, passwordless
+// sudo when sudo is installed, a world-writable /tmp.
+const provisionScript = `set -e
+if ! grep -q '^user:' /etc/passwd; then
+  if command -v useradd >/dev/null 2>&1; then
+    useradd -m -d /home/user -u 1000 -U -s /bin/sh user 2>/dev/null || useradd -m -d /home/user -u 1000 -s /bin/sh user
+  elif command -v adduser >/dev/null 2>&1; then
+    adduser -D -h /home/user -u 1000 -s /bin/sh user
+  else
+    grep -q '^user:' /etc/group || echo 'user:x:1000:' >>/etc/group
+    echo 'user:x:1000:1000::/home/user:/bin/sh' >>/etc/passwd
+  fi
+fi
+mkdir -p /home/user /.kiln /tmp
+chown "$(id -u user):$(id -g user)" /home/user
+chmod 1777 /tmp
+if command -v sudo >/dev/null 2>&1; then
+  mkdir -p /etc/sudoers.d
+  echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/kiln-user
+  chmod 0440 /etc/sudoers.d/kiln-user
+fi
+`

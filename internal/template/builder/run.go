@@ -1,0 +1,299 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/layer"
+)
+
+// run is one build in progress: the layer stack so far and the config
+// its sandboxes will start with.
+type run struct {
+	b      *Builder
+	rec    template.BuildRecord
+	tag    string
+	spec   api.TemplateSpec // with the registry credentials
+	public bool
+	log    *buildLog
+	start  time.Time
+
+	leased []*layer.Layer // released when the build ends
+	keys   []string       // the stack's layer keys, bottom first
+	dirs   []string       // their dirs, bottom first
+	cfg    template.Config
+	// user and workdir RUN steps run with (the template's defaults are
+	// cfg's); mkWorkdir says the workdir is not known to exist yet.
+	user       string
+	workdir    string
+	workdirSet bool // a WORKDIR step set it
+	mkWorkdir  bool
+	force      bool   // rebuild from here on
+	step       int    // the step being run (-1: none, see stage)
+	stage      string // "base" or "finalize" while step is -1
+	tail       *tail
+}
+
+// stepError is a build failure with the output that explains it: msg
+// says what happened, class is its errdefs class (not in the message).
+type stepError struct {
+	msg   string
+	class error
+	tail  string
+}
+
+func (e *stepError) Error() string { return e.msg }
+func (e *stepError) Unwrap() error { return e.class }
+
+// hide is what a failure of the build's own machinery (a sandbox that
+// would not start, a layer store error) tells the build's owner: what
+// failed, not the host's paths. The server's log gets the whole error.
+// Errors of the user's making (over a limit, timeouts) pass through.
+func (r *run) hide(what string, err error) error {
+	if errors.Is(err, errdefs.ErrResourceExhausted) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	r.b.log.Error("template build: "+what, "build", r.rec.ID, "step", r.step, "err", err)
+	return &stepError{msg: what + ": internal error (the server's log has the details)", class: err}
+}
+
+func (r *run) logf(level, format string, a ...any) {
+	r.log.add(entry(level, r.step, fmt.Sprintf(format, a...)), false)
+}
+
+// run runs the build to its end and records how it ended.
+func (r *run) run(ctx context.Context) {
+	r.start, r.step, r.stage, r.force = time.Now(), -1, "base", r.spec.NoCache
+	r.tail = newTail()
+	defer r.log.end()
+	defer r.release()
+	err := r.build(ctx)
+	if err == nil {
+		r.logf(levelInfo, "build %s ready in %s", r.rec.ID, r.elapsed())
+		return
+	}
+	r.fail(ctx, err)
+}
+
+func (r *run) elapsed() string { return time.Since(r.start).Round(100 * time.Millisecond).String() }
+
+func (r *run) build(ctx context.Context) error {
+	if err := r.base(ctx); err != nil {
+		return err
+	}
+	if err := checkStack(r.dirs); err != nil {
+		return err
+	}
+	for i, st := range r.spec.Steps {
+		r.step = i
+		if err := r.runStep(ctx, i, st); err != nil {
+			return err
+		}
+		if err := checkStack(r.dirs); err != nil {
+			return err
+		}
+	}
+	r.step, r.stage = -1, "finalize"
+	return r.finalize(ctx)
+}
+
+// maxLowerBytes bounds the overlay lowerdir option of a template's layer
+// stack: the mount options of a sandbox's root filesystem (with its upper
+// and work dirs) must fit in one page.
+const maxLowerBytes = 3500
+
+// checkStack refuses a layer stack too deep to mount.
+func checkStack(dirs []string) error {
+	if n := len(template.Lower(dirs)); n > maxLowerBytes {
+		return fmt.Errorf("the template has %d layers, more than a sandbox's root filesystem can stack (combine RUN steps, or start from a base with fewer layers): %w",
+			len(dirs), errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
+// push adds a layer on top of the stack; l is nil for a built-in's rootfs.
+func (r *run) push(l *layer.Layer, key, dir string) {
+	if l != nil {
+		r.leased = append(r.leased, l)
+	}
+	r.keys = append(r.keys, key)
+	r.dirs = append(r.dirs, dir)
+}
+
+// lower is the stack as an overlay's lower dirs, top first.
+func (r *run) lower() []string {
+	l := slices.Clone(r.dirs)
+	slices.Reverse(l)
+	return l
+}
+
+// parent is the key of the top layer.
+func (r *run) parent() string { return r.keys[len(r.keys)-1] }
+
+// key is the cache key of step on the current stack. A forced step (and
+// every one after it) is keyed apart, by the build, so that it is rebuilt
+// and never replaces the layer an unforced build would find.
+func (r *run) key(st api.TemplateStep, extra ...string) string {
+	if r.force {
+		extra = append(extra, "force="+r.rec.ID)
+	}
+	return layer.Key(r.parent(), st, extra...)
+}
+
+// cached pushes the layer published under key unless the step is forced;
+// it reports whether it did.
+func (r *run) cached(key, what string) (bool, error) {
+	if r.force {
+		return false, nil
+	}
+	l, err := r.b.cfg.Layers.Acquire(key)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	r.push(l, key, l.Dir())
+	r.logf(levelInfo, "%s CACHED", what)
+	return true, nil
+}
+
+// finalize writes the build's manifest and records it ready, then points
+// the tag at it.
+func (r *run) finalize(ctx context.Context) error {
+	if r.mkWorkdir {
+		r.logf(levelInfo, "[finalize] making the working directory %s", r.workdir)
+		if err := r.runCmd(ctx, "[finalize]", api.TemplateStep{Type: api.StepRun, Args: []string{"true"}}, "root"); err != nil {
+			return err
+		}
+	}
+	d := r.cfg.Defaults
+	d.Env = maps.Clone(d.Env)
+	t := template.Template{Name: r.rec.Template, Hash: r.rec.ID, Build: r.rec.ID, Layers: r.dirs, Defaults: d}
+	if r.cfg.StartCmd != "" {
+		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd,
+			TimeoutSeconds: int((r.b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
+	}
+	dir := r.b.buildDir(r.rec.ID)
+	if err := template.WriteManifest(dir, &t); err != nil {
+		return r.hide("writing the template manifest", err)
+	}
+	if t.Warm != nil {
+		built, err := r.b.cfg.Catalog.Build(r.rec.ID) // as sandboxes will see it
+		if err != nil {
+			return r.hide("reading the template manifest", err)
+		}
+		if err := r.warm(ctx, built); err != nil {
+			return err
+		}
+	}
+	rec := r.rec
+	rec.Status, rec.Layers, rec.Config, rec.FinishedAt = template.BuildReady, r.keys, r.cfg, time.Now().UTC()
+	if err := r.b.cfg.Records.PutBuild(ctx, rec); err != nil {
+		return fmt.Errorf("recording the build: %w", err)
+	}
+	r.rec = rec
+	tr := template.TagRecord{Owner: rec.Owner, Name: rec.Template, Tag: r.tag, BuildID: rec.ID, Public: r.public, UpdatedAt: rec.FinishedAt}
+	if err := r.b.cfg.Records.PutTag(ctx, tr); err != nil {
+		return fmt.Errorf("tagging the build %s:%s: %w", rec.Template, r.tag, err)
+	}
+	return nil
+}
+
+// warm takes the template's warm snapshot: a sandbox of it runs the start
+// command, the ready command is retried until it succeeds, and the running
+// sandbox is checkpointed (runsc); sandboxes of the template are then
+// restored from it, the started process already running.
+func (r *run) warm(ctx context.Context, t *template.Template) error {
+	if r.b.cfg.Images == nil || !r.b.cfg.Images.CanWarm() {
+		r.logf(levelWarn, "[finalize] no warm snapshot: this server cannot checkpoint sandboxes")
+		return nil
+	}
+	r.logf(levelInfo, "[finalize] start %s; ready when %s", errdefs.ClipN(t.Warm.Start, 200), errdefs.ClipN(t.Warm.Ready, 200))
+	t0 := time.Now()
+	if _, err := r.b.cfg.Images.BuildWarmTemplate(ctx, t); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return &stepError{msg: fmt.Sprintf("the ready command %q did not succeed within %s", errdefs.ClipN(t.Warm.Ready, 200), r.b.cfg.ReadyTimeout),
+				class: errdefs.ErrFailedPrecondition}
+		}
+		return r.hide("taking the warm snapshot", err)
+	}
+	r.logf(levelInfo, "[finalize] warm snapshot taken in %s", since(t0))
+	return nil
+}
+
+// fail records the build failed, with a reason naming the step and the
+// tail of its output, and collects the layers nothing else references.
+func (r *run) fail(ctx context.Context, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	msg := err.Error()
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && r.b.ctx.Err() == nil:
+		msg = fmt.Sprintf("the build took longer than its %s limit", r.b.cfg.BuildTimeout)
+	case errors.Is(err, context.Canceled) && r.b.ctx.Err() != nil:
+		msg = "kiln serve stopped during the build"
+	}
+	where := r.stage
+	if r.step >= 0 {
+		where = stepName(r.step, r.spec.Steps[r.step])
+	}
+	reason := where + ": " + msg
+	var se *stepError
+	if errors.As(err, &se) && se.tail != "" {
+		reason += "\n" + se.tail
+	}
+	r.logf(levelError, "build failed: %s", reason)
+	rec := r.rec
+	rec.Status, rec.Reason, rec.Step, rec.FinishedAt = template.BuildError, reason, r.step, time.Now().UTC()
+	rec.Layers = nil
+	if perr := r.b.cfg.Records.PutBuild(ctx, rec); perr != nil {
+		r.b.log.Error("recording a failed build", "build", rec.ID, "err", perr)
+	}
+	r.b.log.Info("build failed", "build", rec.ID, "template", rec.Template, "reason", errdefs.ClipN(reason, 200))
+	// The manifest and warm snapshot of a build that did not finish go:
+	// only the record and the log stay.
+	dir := r.b.buildDir(rec.ID)
+	_ = os.Remove(filepath.Join(dir, "template.json"))
+	_ = os.RemoveAll(filepath.Join(dir, "warm"))
+	r.release()
+	if gerr := r.b.GC(ctx); gerr != nil {
+		r.b.log.Warn("collecting a failed build's layers", "build", rec.ID, "err", gerr)
+	}
+}
+
+// release ends the build's leases.
+func (r *run) release() {
+	for _, l := range r.leased {
+		_ = l.Release()
+	}
+	r.leased = nil
+}
+
+// tail keeps the last lines of a step's output for its failure reason.
+type tail struct{ lines []string }
+
+const tailLines = 20
+
+func newTail() *tail { return &tail{} }
+
+func (t *tail) add(line string) {
+	t.lines = append(t.lines, line)
+	if len(t.lines) > tailLines {
+		t.lines = t.lines[len(t.lines)-tailLines:]
+	}
+}
+
+func (t *tail) reset() { t.lines = nil }
+
+func (t *tail) String() string { return strings.Join(t.lines, "\n") }

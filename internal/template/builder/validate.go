@@ -1,0 +1,205 @@
+package builder
+
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Bounds of a recipe.
+const (
+	MaxSteps     = 500
+	maxArgBytes  = 64 << 10 // one argument (a RUN script)
+	maxSpecBytes = 1 << 20  // all arguments and commands together
+	maxPathBytes = 4096
+)
+
+var (
+	filesHashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	octalRE     = regexp.MustCompile(`^[0-7]{1,4}$`)
+)
+
+// invalid is an ErrInvalidArgument about step i (-1: the recipe).
+func invalid(i int, st *api.TemplateStep, format string, a ...any) error {
+	msg := fmt.Sprintf(format, a...)
+	if st != nil {
+		msg = stepName(i, *st) + ": " + msg
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrInvalidArgument)
+}
+
+// stepName names step i for messages: "step 3 (RUN)", or its Dockerfile
+// line when it has one.
+func stepName(i int, st api.TemplateStep) string {
+	if st.Line > 0 {
+		return fmt.Sprintf("step %d (%s, Dockerfile line %d)", i+1, st.Type, st.Line)
+	}
+	return fmt.Sprintf("step %d (%s)", i+1, st.Type)
+}
+
+// validate checks a recipe before anything is recorded.
+func validate(spec *api.TemplateSpec) error {
+	f := spec.From
+	n := 0
+	for _, s := range []string{f.Template, f.Image, f.Archive} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 {
+		return invalid(-1, nil, "from: want exactly one of template, image or archive")
+	}
+	switch {
+	case f.Template != "":
+		if _, _, err := template.ParseRef(f.Template); err != nil {
+			return err
+		}
+	case f.Image != "":
+		if len(f.Image) > 512 || strings.ContainsAny(f.Image, " \t\n\x00") {
+			return invalid(-1, nil, "from: malformed image reference %q", errdefs.ClipN(f.Image, 80))
+		}
+	case f.Archive != "":
+		if !filesHashRE.MatchString(f.Archive) {
+			return invalid(-1, nil, "from: archive must be the hex SHA-256 of an uploaded file")
+		}
+	}
+	if f.Registry != nil && f.Image == "" {
+		return invalid(-1, nil, "from: registry credentials go with an image")
+	}
+	if len(spec.Steps) > MaxSteps {
+		return invalid(-1, nil, "%d steps: at most %d", len(spec.Steps), MaxSteps)
+	}
+	total := len(spec.StartCmd) + len(spec.ReadyCmd)
+	for _, c := range []string{spec.StartCmd, spec.ReadyCmd} {
+		if len(c) > maxArgBytes || strings.ContainsRune(c, 0) {
+			return invalid(-1, nil, "start and ready commands: at most %d bytes, no NUL", maxArgBytes)
+		}
+	}
+	if spec.ReadyCmd != "" && spec.StartCmd == "" {
+		return invalid(-1, nil, "a ready command needs a start command")
+	}
+	for i := range spec.Steps {
+		st := &spec.Steps[i]
+		for _, a := range st.Args {
+			total += len(a)
+			if len(a) > maxArgBytes || strings.ContainsRune(a, 0) {
+				return invalid(i, st, "arguments: at most %d bytes each, no NUL", maxArgBytes)
+			}
+		}
+		if err := validateStep(i, st); err != nil {
+			return err
+		}
+	}
+	if total > maxSpecBytes {
+		return invalid(-1, nil, "the recipe is over %d bytes", maxSpecBytes)
+	}
+	return nil
+}
+
+func validateStep(i int, st *api.TemplateStep) error {
+	argc := func(lo, hi int) error {
+		if len(st.Args) < lo || len(st.Args) > hi {
+			if lo == hi {
+				return invalid(i, st, "want %d argument(s), got %d", lo, len(st.Args))
+			}
+			return invalid(i, st, "want %d to %d arguments, got %d", lo, hi, len(st.Args))
+		}
+		return nil
+	}
+	if st.FilesHash != "" && st.Type != api.StepCopy && st.Type != api.StepAdd {
+		return invalid(i, st, "files_hash goes with COPY and ADD only")
+	}
+	switch st.Type {
+	case api.StepRun:
+		if err := argc(1, 2); err != nil {
+			return err
+		}
+		if strings.TrimSpace(st.Args[0]) == "" {
+			return invalid(i, st, "empty command")
+		}
+		if len(st.Args) == 2 && st.Args[1] != "" {
+			return checkUser(i, st, st.Args[1])
+		}
+	case api.StepCopy, api.StepAdd:
+		if err := argc(2, 4); err != nil {
+			return err
+		}
+		if !filesHashRE.MatchString(st.FilesHash) {
+			return invalid(i, st, "files_hash must be the hex SHA-256 of the uploaded sources")
+		}
+		if err := checkPath(i, st, st.Args[1]); err != nil {
+			return err
+		}
+		if len(st.Args) > 2 && st.Args[2] != "" {
+			if err := checkUser(i, st, st.Args[2]); err != nil {
+				return err
+			}
+		}
+		if len(st.Args) > 3 && st.Args[3] != "" && !octalRE.MatchString(st.Args[3]) {
+			return invalid(i, st, "mode %q: want an octal mode such as 0644", errdefs.ClipN(st.Args[3], 20))
+		}
+	case api.StepEnv:
+		if len(st.Args) == 0 || len(st.Args)%2 != 0 {
+			return invalid(i, st, "want key, value pairs")
+		}
+		for j := 0; j < len(st.Args); j += 2 {
+			if !envNameRE.MatchString(st.Args[j]) {
+				return invalid(i, st, "variable name %q: want letters, digits and _", errdefs.ClipN(st.Args[j], 40))
+			}
+		}
+	case api.StepWorkdir:
+		if err := argc(1, 1); err != nil {
+			return err
+		}
+		return checkPath(i, st, st.Args[0])
+	case api.StepUser:
+		if err := argc(1, 1); err != nil {
+			return err
+		}
+		return checkUser(i, st, st.Args[0])
+	default:
+		return invalid(-1, nil, "step %d: unknown type %q (want RUN, COPY, ADD, ENV, WORKDIR or USER)", i+1, errdefs.ClipN(st.Type, 20))
+	}
+	return nil
+}
+
+// checkPath accepts an absolute path, or a relative one (resolved against
+// the working directory when the step runs).
+func checkPath(i int, st *api.TemplateStep, p string) error {
+	if p == "" || len(p) > maxPathBytes {
+		return invalid(i, st, "path: want 1 to %d bytes", maxPathBytes)
+	}
+	return nil
+}
+
+// userRE matches a user name, a uid, and either with ":group".
+var userRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31})?$`)
+
+func checkUser(i int, st *api.TemplateStep, u string) error {
+	if !userRE.MatchString(u) {
+		return invalid(i, st, "user %q: want a name or uid, optionally with :group", errdefs.ClipN(u, 40))
+	}
+	return nil
+}
+
+// resolvePath makes p absolute against the working directory wd, keeping
+// a trailing slash (a COPY destination that is a directory).
+func resolvePath(wd, p string) string {
+	if path.IsAbs(p) {
+		return p
+	}
+	r := path.Join(wd, p)
+	if strings.HasSuffix(p, "/") || p == "." {
+		r += "/"
+	}
+	if r == "//" {
+		r = "/"
+	}
+	return r
+}
