@@ -54,6 +54,7 @@ type harness struct {
 	ts      *httptest.Server
 	store   *sqlite.Store
 	mt      *metrics.Metrics
+	tdata   string // the data dir of builds (harnessOpts.templates)
 	admin   string // secrets
 	a, b    string
 	sandbox bool // sandboxes can be created
@@ -117,6 +118,9 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	mt := metrics.New(m)
 	mt.RegisterImages(im)
 	h := &harness{t: t, m: m, store: st, mt: mt, sandbox: canSandbox}
+	if catalog != nil {
+		h.tdata = catalog.DataDir
+	}
 	h.admin = h.makeKey("admin", true, 0)
 	h.a = h.makeKey("a", false, o.quotaA)
 	h.b = h.makeKey("b", false, 0)
