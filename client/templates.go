@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/kiln-sh/kiln/api"
 )
@@ -147,13 +148,20 @@ func readLogEntries(ctx context.Context, body io.Reader, fn func(api.TemplateLog
 // returns its final record (status ready or error; Reason says why it
 // failed). A build that failed is not an error of WaitTemplateBuild.
 func (c *Client) WaitTemplateBuild(ctx context.Context, id string) (*api.TemplateBuild, error) {
-	for {
+	for followed := false; ; followed = true {
 		b, err := c.TemplateBuild(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		if b.Status == api.BuildReady || b.Status == api.BuildError {
 			return b, nil
+		}
+		if followed { // the log ended (or dropped) before the record did: do not spin
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		// Following ends when the build does (or the connection drops:
 		// then look again).

@@ -45,7 +45,7 @@ func invalid(format string, args ...any) error {
 // have.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, p := s.mux.Handler(probe); p != "/" && p != "" {

@@ -25,7 +25,7 @@ var errNoBuilder = fmt.Errorf("custom templates are not enabled on this server: 
 
 // templatesOn checks the server builds templates.
 func (s *Server) templatesOn() error {
-	if s.builder == nil || s.tmpl == nil {
+	if s.builder == nil || s.tmpl == nil || s.catalog == nil {
 		return errNoBuilder
 	}
 	return nil
