@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // A template build is a base plus ordered steps, then an optional start
 // command whose readiness is checked before the running sandbox is
 // checkpointed. The step model is E2B's (TemplateStep: type, args,
@@ -76,4 +78,106 @@ type TemplateSpec struct {
 	ReadyCmd string `json:"ready_cmd,omitempty"`
 	// NoCache rebuilds every step.
 	NoCache bool `json:"no_cache,omitempty"`
+	// CPUs, MemoryMB and DiskMB are the resources sandboxes of the
+	// template get unless their create request says otherwise (0: the
+	// server's default). They are checked against the server's limits.
+	CPUs     int `json:"cpus,omitempty"`
+	MemoryMB int `json:"memory_mb,omitempty"`
+	DiskMB   int `json:"disk_mb,omitempty"`
+}
+
+// Template build states (TemplateBuild.Status).
+const (
+	BuildWaiting  = "waiting"
+	BuildBuilding = "building"
+	BuildReady    = "ready"
+	BuildError    = "error"
+)
+
+// TemplateBuildRequest starts a build of a template (POST
+// /v1/templates/builds). The files of its COPY/ADD steps (and a
+// from.archive) are uploaded first (PUT /v1/templates/files/{hash}).
+type TemplateBuildRequest struct {
+	// Template is "name" or "name:tag" (tag "default" when absent): the
+	// tag points at the build once it is ready.
+	Template string       `json:"template"`
+	Spec     TemplateSpec `json:"spec"`
+	// Public makes the template usable (not changeable) by every key.
+	Public bool `json:"public,omitempty"`
+}
+
+// TemplateBuild is one build of a template.
+type TemplateBuild struct {
+	ID       string `json:"id"`
+	Template string `json:"template"`
+	// Tag is the tag the build was started for, or one that points at it
+	// now ("" when none does, e.g. a failed build).
+	Tag    string `json:"tag,omitempty"`
+	Owner  string `json:"owner,omitempty"`
+	Status string `json:"status"` // waiting, building, ready or error
+	// Reason says why a build failed: the step, what happened and the
+	// tail of its output.
+	Reason     string     `json:"reason,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// Steps is the number of steps of the recipe; CachedSteps how many
+	// of them were found in the layer cache rather than run.
+	Steps       int `json:"steps"`
+	CachedSteps int `json:"cached_steps"`
+	// Layers is the number of layers of a ready build; Warm says that its
+	// sandboxes are restored from a snapshot taken after its start
+	// command passed its ready check.
+	Layers int  `json:"layers,omitempty"`
+	Warm   bool `json:"warm,omitempty"`
+	// Spec is the recipe, without registry credentials.
+	Spec *TemplateSpec `json:"spec,omitempty"`
+}
+
+// TemplateLogEntry is one line of a build's log (GET
+// /v1/templates/builds/{id}/logs).
+type TemplateLogEntry struct {
+	Time  time.Time `json:"time"`
+	Level string    `json:"level"` // info, warn or error
+	// Step is the index of the recipe's step the line is about (-1: the
+	// base, or the build as a whole).
+	Step    int    `json:"step"`
+	Message string `json:"message"`
+	// Output says the line is one a RUN step printed.
+	Output bool `json:"output,omitempty"`
+}
+
+// Template is one tag of a template and the build it points at.
+type Template struct {
+	Name    string `json:"name"`
+	Tag     string `json:"tag"`
+	BuildID string `json:"build_id,omitempty"` // "" for a built-in
+	Owner   string `json:"owner,omitempty"`
+	Public  bool   `json:"public"`
+	// Builtin marks the templates every server has (base,
+	// code-interpreter).
+	Builtin   bool           `json:"builtin,omitempty"`
+	UpdatedAt time.Time      `json:"updated_at,omitzero"`
+	Build     *TemplateBuild `json:"build,omitempty"`
+}
+
+// TemplateList is the answer of GET /v1/templates.
+type TemplateList struct {
+	Templates []Template `json:"templates"`
+}
+
+// TemplateBuildList is the answer of GET /v1/templates/builds.
+type TemplateBuildList struct {
+	Builds []TemplateBuild `json:"builds"`
+}
+
+// TemplateTagRequest points a tag at a build (PUT
+// /v1/templates/{name}/tags/{tag}).
+type TemplateTagRequest struct {
+	BuildID string `json:"build_id"`
+}
+
+// TemplateUpdate changes a template (PATCH /v1/templates/{name}).
+type TemplateUpdate struct {
+	Public *bool `json:"public"`
 }

@@ -1,6 +1,7 @@
 // Package client is the Go SDK for Kiln's REST API (see docs/api.md and
-// api/openapi.yaml). It imports only the standard library and the api
-// package, so programs can embed it without pulling in the server.
+// api/openapi.yaml). It imports only the standard library, the api
+// package and the Dockerfile compiler (for [Client.BuildDockerfile]), so
+// programs can embed it without pulling in the server.
 //
 // Every method takes a context first; cancelling it aborts the request, and
 // for streaming methods stops reading the stream (a command keeps running in

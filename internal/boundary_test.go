@@ -122,7 +122,9 @@ func rules(mod string) []rule {
 			name:    "the SDK imports only the contract and the standard library",
 			applies: func(p string) bool { return under(p, mod+"/client") || under(p, mod+"/api") },
 			allowed: func(imp string) bool {
-				return stdlib(imp) || imp == mod+"/api" || imp == "github.com/coder/websocket"
+				// The Dockerfile front end compiles on the client, as E2B's SDK does.
+				return stdlib(imp) || imp == mod+"/api" || imp == "github.com/coder/websocket" ||
+					imp == mod+"/internal/template/dockerfile"
 			},
 		},
 	}

@@ -17,6 +17,9 @@ import (
 // or the client went away; the edge logs what the client did not see.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, status := s.edge.Problem(r.Context(), err)
+	if _, ok := errors.AsType[*tooLargeError](err); ok {
+		status = http.StatusRequestEntityTooLarge
+	}
 	if (errors.Is(err, context.Canceled) && r.Context().Err() != nil) || edge.Started(w) {
 		return
 	}
@@ -42,7 +45,7 @@ func invalid(format string, args ...any) error {
 // have.
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) error {
 	var allow []string
-	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, p := s.mux.Handler(probe); p != "/" && p != "" {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -26,15 +27,8 @@ const (
 	levelError = "error"
 )
 
-// LogEntry is one line of a build's log.
-type LogEntry struct {
-	Time  time.Time `json:"time"`
-	Level string    `json:"level"` // info, warn or error
-	// Step is the index of the recipe's step the line is about (-1: the
-	// base, or the build as a whole).
-	Step    int    `json:"step"`
-	Message string `json:"message"`
-}
+// LogEntry is one line of a build's log, as the API serves it.
+type LogEntry = api.TemplateLogEntry
 
 const (
 	logName = "build.log"
@@ -82,7 +76,9 @@ func (l *buildLog) add(e LogEntry, output bool) {
 		}
 		l.truncated = true
 		e = entry(levelWarn, e.Step, fmt.Sprintf("the log is over %d lines: further output of this build is left out", maxLogEntries))
+		output = false
 	}
+	e.Output = output
 	b, _ := json.Marshal(e)
 	_, _ = l.f.Write(append(b, '\n'))
 	l.entries = append(l.entries, e)
