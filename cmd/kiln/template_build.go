@@ -234,9 +234,12 @@ func (r *remote) follow(ctx context.Context, id, mode string, w io.Writer) (*api
 			return nil
 		})
 		b, gerr := r.c.TemplateBuild(ctx, id)
+		var apiErr *client.Error
 		switch {
 		case gerr == nil && (b.Status == api.BuildReady || b.Status == api.BuildError):
 			return b, nil
+		case errors.As(gerr, &apiErr) && apiErr.Code != api.CodeUnavailable:
+			return nil, gerr // no such build, or not this key's
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("stopped following build %s, which goes on (kiln template logs -f %s): %w", id, id, ctx.Err())
 		case gerr != nil && attempt >= 3:
