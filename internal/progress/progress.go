@@ -57,7 +57,8 @@ type Display struct {
 	total int  // steps in the recipe, from the "[i/N]" lines
 	steps bool // a step (not the base) has been seen
 	cur   *vertex
-	drawn int // lines of the live area on screen
+	drawn int  // lines of the live area on screen
+	ended bool // Close was called
 }
 
 // vertex is one part of the build: the base, a step, or the final stage.
@@ -94,6 +95,9 @@ var (
 func (d *Display) Add(e api.TemplateLogEntry) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.ended {
+		return
+	}
 	msg := Sanitize(e.Message)
 	var commit []string
 	if !e.Output {
@@ -243,19 +247,21 @@ func (d *Display) plain(v *vertex, msg string) string {
 func (d *Display) Tick() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.opt.Live {
+	if d.opt.Live && !d.ended {
 		d.flush(nil)
 	}
 }
 
-// Close ends the display, leaving what it shows on screen.
+// Close ends the display, leaving what it shows on screen; later calls
+// do nothing.
 func (d *Display) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.opt.Live {
+	if d.opt.Live && !d.ended {
 		d.flush(nil)
 		d.drawn = 0
 	}
+	d.ended = true
 }
 
 // flush prints the committed lines and, live, redraws the live area

@@ -151,11 +151,15 @@ func TestLive(t *testing.T) {
 		add(e)
 	}
 	d.Close()
-	term.want(t, "a failed RUN keeps its output on screen",
+	screenAfterFail := []string{
 		`#1 WARN: Dockerfile:3: EXPOSE is ignored`,
 		`=> #1 [base] FROM image debian:bookworm  DONE 0.1s`,
 		`=> #2 [1/2] RUN echo boom; exit 3  ERROR: step 1 (RUN): the command exited with status 3`,
-		`     boom`)
+		`     boom`}
+	term.want(t, "a failed RUN keeps its output on screen", screenAfterFail...)
+	d.Tick()
+	d.Add(entry(700, 1, "[2/2] RUN true"))
+	term.want(t, "nothing is drawn after Close", screenAfterFail...)
 }
 
 func TestSanitize(t *testing.T) {
