@@ -67,6 +67,14 @@ var structSchemas = map[string]reflect.Type{
 	"CreateContextRequest": reflect.TypeFor[api.CreateContextRequest](),
 	"CodeRequest":          reflect.TypeFor[api.CodeRequest](),
 	"CodeResult":           reflect.TypeFor[api.CodeResult](),
+	"TemplateBuildRequest": reflect.TypeFor[api.TemplateBuildRequest](),
+	"TemplateBuild":        reflect.TypeFor[api.TemplateBuild](),
+	"TemplateBuildList":    reflect.TypeFor[api.TemplateBuildList](),
+	"TemplateLogEntry":     reflect.TypeFor[api.TemplateLogEntry](),
+	"Template":             reflect.TypeFor[api.Template](),
+	"TemplateList":         reflect.TypeFor[api.TemplateList](),
+	"TemplateTagRequest":   reflect.TypeFor[api.TemplateTagRequest](),
+	"TemplateUpdate":       reflect.TypeFor[api.TemplateUpdate](),
 }
 
 // enumSchemas maps each string enumeration of the spec to the Go source

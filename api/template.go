@@ -157,7 +157,7 @@ type Template struct {
 	// Builtin marks the templates every server has (base,
 	// code-interpreter).
 	Builtin   bool           `json:"builtin,omitempty"`
-	UpdatedAt time.Time      `json:"updated_at,omitempty"`
+	UpdatedAt time.Time      `json:"updated_at,omitzero"`
 	Build     *TemplateBuild `json:"build,omitempty"`
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +22,8 @@ import (
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/builder"
+	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
 const serveUsage = `Usage:
@@ -47,6 +50,13 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template, e.g. "code-interpreter=2,base=4" (KILN_POOL)`)
 	fs.BoolVar(&cfg.Network.Enable, "network", cfg.Network.Enable, "set up sandbox networking: NAT, egress policy, exposed ports (KILN_NETWORK=on)")
 	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode, `network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT)`)
+	cfg.Server.Builds = cfg.Server.Builds.WithDefaults()
+	b := &cfg.Server.Builds
+	fs.DurationVar(&b.Timeout, "build-timeout", b.Timeout, "longest a template build may run (KILN_BUILD_TIMEOUT)")
+	fs.Var(bytesFlag{&b.MaxContextBytes}, "build-max-context", "largest upload of build files, e.g. 1G (KILN_BUILD_MAX_CONTEXT)")
+	fs.Var(bytesFlag{&b.MaxLayerBytes}, "build-max-layer", "most one build step may write, e.g. 10G (KILN_BUILD_MAX_LAYER)")
+	fs.IntVar(&b.MaxPerKey, "max-builds-per-key", b.MaxPerKey, "template builds one API key may run at once (KILN_MAX_BUILDS_PER_KEY)")
+	fs.IntVar(&b.MaxConcurrent, "max-builds", b.MaxConcurrent, "template builds the server runs at once (KILN_MAX_BUILDS)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -79,9 +89,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if nw != nil {
 		defer nw.Close()
 	}
+	catalog := &template.Catalog{DataDir: cfg.DataDir, Store: st}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{
 		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st, Net: nw,
-		Catalog: &template.Catalog{DataDir: cfg.DataDir, Store: st},
+		Catalog: catalog,
 	}, runtimes(ctx, cfg), log.With("component", "manager"))
 	if err != nil {
 		return err
@@ -121,9 +132,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if nw != nil {
 		mt.RegisterNetwork(m)
 	}
+	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// Running builds are cancelled (and recorded failed) before the
+	// Manager closes.
+	defer bld.Close()
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
-		E2B: &e2b.Options{Secret: secret},
+		E2B:     &e2b.Options{Secret: secret},
+		Builder: bld, Templates: st, Catalog: catalog,
 	})
 	// Header and idle timeouts, and the cap on pending connections
 	// (internal/server/edge.go).
@@ -148,6 +168,50 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	log.Info("stopped; sandboxes keep running for the next start")
+	return nil
+}
+
+// newBuilder starts the template build engine: builds and uploads under
+// the data dir, layers in DATA_DIR/layers, build sandboxes on the
+// Manager (with NAT when sandbox networking is on, so that RUN steps reach
+// package mirrors).
+func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalog *template.Catalog,
+	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, log *slog.Logger) (*builder.Builder, error) {
+	layers, err := layer.Open(filepath.Join(cfg.DataDir, "layers"))
+	if err != nil {
+		return nil, fmt.Errorf("opening the layer store: %w", err)
+	}
+	network := sandbox.NetworkNone
+	if cfg.Network.Enable {
+		network = sandbox.NetworkNAT
+	}
+	b := cfg.Server.Builds.WithDefaults()
+	return builder.New(ctx, builder.Config{
+		DataDir: cfg.DataDir, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
+		Network: network, BuildTimeout: b.Timeout, MaxLayerBytes: b.MaxLayerBytes, MaxContextBytes: b.MaxContextBytes,
+		MaxPerOwner: b.MaxPerKey, MaxConcurrent: b.MaxConcurrent, Observer: mt, Log: log,
+	})
+}
+
+// bytesFlag is a flag.Value of a size such as 512M or 2G.
+type bytesFlag struct{ p *int64 }
+
+func (f bytesFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.p, 10)
+}
+
+func (f bytesFlag) Set(s string) error {
+	n, err := config.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("size %q: want more than 0", s)
+	}
+	*f.p = n
 	return nil
 }
 

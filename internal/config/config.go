@@ -92,6 +92,8 @@ type Server struct {
 	poolsErr error // a malformed KILN_POOL, for Validate
 	// Edge bounds slow and anonymous clients (edge.go).
 	Edge Edge
+	// Builds bounds template builds (builds.go).
+	Builds Builds
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -265,6 +267,7 @@ func FromEnv() Config {
 		c.Server.ShutdownGrace = d
 	}
 	c.Server.Edge = edgeFromEnv(c.Server.Edge)
+	c.Server.Builds = buildsFromEnv(c.Server.Builds)
 	return c
 }
 
@@ -355,7 +358,7 @@ func (s Server) validate() error {
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))
 	}
-	errs = append(errs, s.Edge.validate())
+	errs = append(errs, s.Edge.validate(), s.Builds.validate())
 	return errors.Join(errs...)
 }
 

@@ -1,7 +1,7 @@
 // Package metrics holds Kiln's Prometheus collectors, on a private
 // registry: sandboxes by state, create latency and errors, commands by how
-// they ended, API latency by route, per-sandbox CPU and memory, and the Go
-// runtime and process collectors.
+// they ended, API latency by route, per-sandbox CPU and memory, template
+// builds, and the Go runtime and process collectors.
 package metrics
 
 import (
@@ -35,7 +35,8 @@ type Metrics struct {
 	cmdStarted    prometheus.Counter
 	cmdFinished   *prometheus.CounterVec
 	reqLatency    *prometheus.HistogramVec
-	ops           *opMetrics // pause, resume, fork, snapshot (snapshot.go)
+	ops           *opMetrics    // pause, resume, fork, snapshot (snapshot.go)
+	build         *buildMetrics // template builds (templates.go)
 }
 
 // New registers the collectors; src may be nil (no sandbox gauges).
@@ -66,6 +67,7 @@ func New(src Source) *Metrics {
 		m.reg.MustRegister(&sandboxCollector{src: src})
 	}
 	m.ops = registerOps(m.reg)
+	m.build = registerBuilds(m.reg)
 	return m
 }
 

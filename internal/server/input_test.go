@@ -155,12 +155,16 @@ func TestRoutes(t *testing.T) {
 		"POST /v1/sandboxes/{id}/files/mkdir", "POST /v1/sandboxes/{id}/files/move", "GET /v1/sandboxes/{id}/files/watch",
 		"GET /v1/keys", "POST /v1/keys", "DELETE /v1/keys/{id}",
 		"GET /v1/tools", "POST /v1/sandboxes/{id}/tools/{name}", "POST /mcp", "GET /mcp", "DELETE /mcp",
+		"HEAD /v1/templates/files/{hash}", "PUT /v1/templates/files/{hash}", "POST /v1/templates/builds",
+		"GET /v1/templates/builds", "GET /v1/templates/builds/{id}", "GET /v1/templates/builds/{id}/logs",
+		"GET /v1/templates", "GET /v1/templates/{ref}", "DELETE /v1/templates/{ref}", "PATCH /v1/templates/{name}",
+		"PUT /v1/templates/{name}/tags/{tag}", "DELETE /v1/templates/{name}/tags/{tag}",
 	} {
 		if !slices.Contains(routes, want) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 46 {
+	if len(routes) != 58 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

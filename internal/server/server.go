@@ -22,6 +22,8 @@ import (
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/builder"
 	"github.com/kiln-sh/kiln/internal/tools"
 )
 
@@ -49,6 +51,11 @@ type Options struct {
 	// E2B, if set, also serves E2B's API on the same handler (see
 	// mountE2B); Manager, Images, Log and Edge are filled in here.
 	E2B *e2b.Options
+	// Builder, Templates (its records) and Catalog (the Manager's) serve
+	// /v1/templates; without them those routes answer unavailable.
+	Builder   *builder.Builder
+	Templates template.Store
+	Catalog   *template.Catalog
 }
 
 // Server serves the API. It is an http.Handler; Shutdown drains its
@@ -68,6 +75,10 @@ type Server struct {
 	edge    *edge.Edge
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
+
+	builder *builder.Builder // templates*.go
+	tmpl    template.Store
+	catalog *template.Catalog
 
 	// streams are the in-flight streaming responses; drain is cancelled
 	// when Shutdown's grace period is over.
@@ -96,7 +107,8 @@ func New(o Options) *Server {
 	s := &Server{
 		m: o.Manager, im: o.Images, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
-		mux: http.NewServeMux(),
+		mux:     http.NewServeMux(),
+		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog,
 	}
 	s.edge = edge.New(edge.Options{
 		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
@@ -172,6 +184,19 @@ func (s *Server) register() {
 	s.route("POST /mcp", s.serveMCP, 0)
 	s.route("GET /mcp", s.serveMCP, 0)
 	s.route("DELETE /mcp", s.serveMCP, 0)
+
+	s.route("HEAD /v1/templates/files/{hash}", s.headFiles, 0)
+	s.route("PUT /v1/templates/files/{hash}", s.putFiles, streamBody)
+	s.route("POST /v1/templates/builds", s.startBuild, 0)
+	s.route("GET /v1/templates/builds", s.listBuilds, 0)
+	s.route("GET /v1/templates/builds/{id}", s.getBuild, 0)
+	s.route("GET /v1/templates/builds/{id}/logs", s.buildLogs, 0)
+	s.route("GET /v1/templates", s.listTemplates, 0)
+	s.route("GET /v1/templates/{ref}", s.getTemplate, 0)
+	s.route("DELETE /v1/templates/{ref}", s.deleteTemplate, 0)
+	s.route("PATCH /v1/templates/{name}", s.setTemplatePublic, 0)
+	s.route("PUT /v1/templates/{name}/tags/{tag}", s.tagTemplate, 0)
+	s.route("DELETE /v1/templates/{name}/tags/{tag}", s.untagTemplate, 0)
 
 	s.route("GET /v1/keys", s.listKeys, adminOnly)
 	s.route("POST /v1/keys", s.createKey, adminOnly)

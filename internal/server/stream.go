@@ -24,7 +24,7 @@ const writeTimeout = 30 * time.Second
 // errClientGone ends a producer whose client went away.
 var errClientGone = errors.New("stream client went away")
 
-// stream sends api.Events to one client: one JSON text message each over a
+// stream sends api.Events (or build log entries) to one client: one JSON text message each over a
 // WebSocket if the request asked for an upgrade, else NDJSON flushed per
 // event. It opens on the first event, so an error before it (unknown pid,
 // bad path) is still answered with a status. It sends a ping event after
@@ -63,7 +63,11 @@ func (s *Server) newStream(w http.ResponseWriter, r *http.Request) *stream {
 }
 
 // send writes ev; it is the emit callback of Agent.Exec, Attach and Watch.
-func (st *stream) send(ev api.Event) error {
+func (st *stream) send(ev api.Event) error { return st.sendValue(ev) }
+
+// sendValue writes one JSON value: an event, or an entry of a stream of
+// another kind (a build's log), which shares the ping and error events.
+func (st *stream) sendValue(v any) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.open {
@@ -71,7 +75,7 @@ func (st *stream) send(ev api.Event) error {
 			return err
 		}
 	}
-	return st.writeLocked(ev)
+	return st.writeLocked(v)
 }
 
 func (st *stream) openLocked() error {
@@ -100,11 +104,11 @@ func (st *stream) openLocked() error {
 	return nil
 }
 
-func (st *stream) writeLocked(ev api.Event) error {
+func (st *stream) writeLocked(v any) error {
 	if st.gone {
 		return errClientGone
 	}
-	b, err := json.Marshal(ev)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding event: %w", err)
 	}

@@ -94,6 +94,16 @@ func (r *run) setBase(c template.Config) {
 	if r.spec.StartCmd != "" {
 		r.cfg.StartCmd, r.cfg.ReadyCmd = r.spec.StartCmd, r.spec.ReadyCmd
 	}
+	// The recipe's resources, else the base's.
+	if r.spec.CPUs > 0 {
+		r.cfg.CPUs = float64(r.spec.CPUs)
+	}
+	if r.spec.MemoryMB > 0 {
+		r.cfg.MemoryBytes = int64(r.spec.MemoryMB) << 20
+	}
+	if r.spec.DiskMB > 0 {
+		r.cfg.DiskBytes = int64(r.spec.DiskMB) << 20
+	}
 	if r.cfg.StartCmd != "" && r.cfg.ReadyCmd == "" {
 		r.cfg.ReadyCmd = DefaultReadyCmd
 	}

@@ -83,7 +83,20 @@ type Config struct {
 	// owner and in total; over them Start answers ErrResourceExhausted.
 	MaxPerOwner   int
 	MaxConcurrent int
-	Log           *slog.Logger
+	// Observer, if set, is told of each layer step and each build as they
+	// end (the server's metrics).
+	Observer Observer
+	Log      *slog.Logger
+}
+
+// Observer is told what builds do.
+type Observer interface {
+	// StepDone: a RUN, COPY or ADD step made its layer, or found it in
+	// the cache (cached).
+	StepDone(cached bool)
+	// BuildDone: a build ended with status (template.BuildReady or
+	// BuildError) after d; err is why it failed (nil when ready).
+	BuildDone(status string, d time.Duration, err error)
 }
 
 // Builder runs template builds.
@@ -168,8 +181,12 @@ func (b *Builder) recover(ctx context.Context) error {
 
 // GC removes the layers that no build still waiting, building or ready
 // references, no sandbox that has not ended (running or paused, whatever
-// its build's record says now) uses, and no running build holds.
+// its build's record says now) uses, and no running build holds; and the
+// build dirs of deleted builds no such sandbox uses.
 func (b *Builder) GC(ctx context.Context) error {
+	if err := b.collectBuildDirs(ctx); err != nil {
+		return err
+	}
 	recs, err := b.cfg.Records.BuildsIn(ctx, template.BuildWaiting, template.BuildBuilding, template.BuildReady)
 	if err != nil {
 		return fmt.Errorf("listing builds for layer GC: %w", err)
@@ -197,34 +214,20 @@ func (b *Builder) GC(ctx context.Context) error {
 // ended started from (a build whose record is gone, or failed, still has
 // sandboxes on it until they end).
 func (b *Builder) keepPinned(ctx context.Context, keep map[string]bool) error {
-	if b.cfg.Sandboxes == nil {
-		return nil
+	used, err := b.usedBuilds(ctx)
+	if err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	f := sandbox.Filter{States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping}, Limit: 1000}
-	for {
-		sbs, next, err := b.cfg.Sandboxes.List(ctx, f)
+	for id := range used {
+		t, err := b.cfg.Catalog.Build(id)
 		if err != nil {
-			return fmt.Errorf("listing sandboxes for layer GC: %w", err)
+			continue // its manifest is gone: nothing of it to keep
 		}
-		for _, sb := range sbs {
-			if sb.Build == "" || seen[sb.Build] {
-				continue
-			}
-			seen[sb.Build] = true
-			t, err := b.cfg.Catalog.Build(sb.Build)
-			if err != nil {
-				continue // its manifest is gone: nothing of it to keep
-			}
-			for _, dir := range t.Layers {
-				keep[layerKeyOf(dir)] = true
-			}
+		for _, dir := range t.Layers {
+			keep[layerKeyOf(dir)] = true
 		}
-		if next == "" {
-			return nil
-		}
-		f.Token = next
 	}
+	return nil
 }
 
 // layerKeyOf is the key of a layer store dir (…/layers/<key>/root).

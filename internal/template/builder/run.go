@@ -42,6 +42,7 @@ type run struct {
 	step       int    // the step being run (-1: none, see stage)
 	stage      string // "base" or "finalize" while step is -1
 	tail       *tail
+	hit        bool // the current step's layer came from the cache
 }
 
 // stepError is a build failure with the output that explains it: msg
@@ -80,9 +81,16 @@ func (r *run) run(ctx context.Context) {
 	err := r.build(ctx)
 	if err == nil {
 		r.logf(levelInfo, "build %s ready in %s", r.rec.ID, r.elapsed())
-		return
+	} else {
+		r.fail(ctx, err)
 	}
-	r.fail(ctx, err)
+	if o := r.b.cfg.Observer; o != nil {
+		status := template.BuildReady
+		if err != nil {
+			status = template.BuildError
+		}
+		o.BuildDone(status, time.Since(r.start), err)
+	}
 }
 
 func (r *run) elapsed() string { return time.Since(r.start).Round(100 * time.Millisecond).String() }
@@ -164,6 +172,7 @@ func (r *run) cached(key, what string) (bool, error) {
 		return false, err
 	}
 	r.push(l, key, l.Dir())
+	r.hit = true
 	r.logf(levelInfo, "%s CACHED", what)
 	return true, nil
 }

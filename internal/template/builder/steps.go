@@ -64,15 +64,25 @@ func (r *run) runStep(ctx context.Context, i int, st api.TemplateStep) error {
 		r.user, r.cfg.User = st.Args[0], st.Args[0]
 		r.logf(levelInfo, "%s", what)
 	case api.StepCopy, api.StepAdd:
-		return r.copy(ctx, what, st)
+		return r.observe(r.copy(ctx, what, st))
 	case api.StepRun:
 		user := r.user
 		if len(st.Args) > 1 && st.Args[1] != "" {
 			user = st.Args[1]
 		}
-		return r.runCmd(ctx, what, st, user)
+		return r.observe(r.runCmd(ctx, what, st, user))
 	}
 	return nil
+}
+
+// observe tells the Observer that a layer step ended well, and whether
+// it was cached (cached says so of the last step's layer).
+func (r *run) observe(err error) error {
+	if o := r.b.cfg.Observer; o != nil && err == nil {
+		o.StepDone(r.hit)
+	}
+	r.hit = false
+	return err
 }
 
 // copy makes a COPY/ADD step's layer on the host from its uploaded files.

@@ -72,6 +72,9 @@ func validate(spec *api.TemplateSpec) error {
 	if f.Registry != nil && f.Image == "" {
 		return invalid(-1, nil, "from: registry credentials go with an image")
 	}
+	if spec.CPUs < 0 || spec.MemoryMB < 0 || spec.DiskMB < 0 {
+		return invalid(-1, nil, "cpus, memory_mb and disk_mb: want 0 (the server's default) or more")
+	}
 	if len(spec.Steps) > MaxSteps {
 		return invalid(-1, nil, "%d steps: at most %d", len(spec.Steps), MaxSteps)
 	}
