@@ -41,9 +41,12 @@ func (s *Server) runCommand(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a, err := s.agent(r)
+	a, sb, err := s.agentFor(r)
 	if err != nil {
 		return err
+	}
+	if p.Cwd == "" {
+		p.Cwd = sb.Workdir // the template's WORKDIR
 	}
 	switch {
 	case req.Background:

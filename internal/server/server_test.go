@@ -53,6 +53,8 @@ type harness struct {
 	srv     *server.Server
 	ts      *httptest.Server
 	store   *sqlite.Store
+	mt      *metrics.Metrics
+	tdata   string // the data dir of builds (harnessOpts.templates)
 	admin   string // secrets
 	a, b    string
 	sandbox bool // sandboxes can be created
@@ -66,6 +68,11 @@ type harnessOpts struct {
 	e2b      bool        // also serve E2B's API
 	// header sets the server's ReadHeaderTimeout (HTTPServer's if 0).
 	header time.Duration
+	// templates, if set, serves /v1/templates with a builder whose build
+	// sandboxes use this runtime, in a data dir of the test's own (the
+	// built-in templates shared); builds limits the builder.
+	templates string
+	builds    config.Builds
 }
 
 // newHarness builds a server. With root and the base template it can
@@ -94,8 +101,12 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.NewTextHandler(newTestWriter(t), nil))
+	var catalog *template.Catalog
+	if o.templates != "" {
+		catalog = templateCatalog(t, cfg.DataDir, st)
+	}
 	m, err := sandbox.NewManager(context.Background(), sandbox.Config{
-		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st,
+		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st, Catalog: catalog,
 	}, runtimes(cfg), log)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +117,10 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	}
 	mt := metrics.New(m)
 	mt.RegisterImages(im)
-	h := &harness{t: t, m: m, store: st, sandbox: canSandbox}
+	h := &harness{t: t, m: m, store: st, mt: mt, sandbox: canSandbox}
+	if catalog != nil {
+		h.tdata = catalog.DataDir
+	}
 	h.admin = h.makeKey("admin", true, 0)
 	h.a = h.makeKey("a", false, o.quotaA)
 	h.b = h.makeKey("b", false, 0)
@@ -117,6 +131,11 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	}
 	if o.e2b {
 		so.E2B = &e2b.Options{Secret: []byte("test secret")}
+	}
+	if o.templates != "" {
+		so.Config.Server.Builds = o.builds
+		so.Builder = newBuilder(t, o, catalog, st, m, im, mt, log)
+		so.Templates, so.Catalog = st, catalog
 	}
 	h.srv = server.New(so)
 	// Served as kiln serve serves it: header and idle timeouts, the cap on
@@ -137,6 +156,9 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 		}
 		m.Close()
 	})
+	if so.Builder != nil {
+		t.Cleanup(so.Builder.Close) // before the Manager closes: builds end, their sandboxes killed
+	}
 	return h
 }
 

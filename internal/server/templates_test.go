@@ -1,0 +1,160 @@
+package server_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
+)
+
+// TestTemplateBuild builds a template through the API from JSON steps,
+// follows its log to the end as NDJSON and over a WebSocket, makes a
+// sandbox of it that sees what the steps did and gets the recipe's
+// memory, then rebuilds it with every step cached.
+func TestTemplateBuild(t *testing.T) {
+	for _, rt := range sandboxtest.Runtimes {
+		t.Run(rt, func(t *testing.T) {
+			h, a, _, _ := templateHarness(t, rt, harnessOpts{})
+			ctx := testCtx(t)
+			spec := api.TemplateSpec{
+				From: api.TemplateBase{Template: "base"},
+				Steps: []api.TemplateStep{
+					{Type: api.StepRun, Args: []string{"echo built-by-run > /opt/run.txt"}},
+					{Type: api.StepEnv, Args: []string{"GREETING", "hi"}},
+					{Type: api.StepWorkdir, Args: []string{"/opt"}},
+				},
+				MemoryMB: 256,
+			}
+			b, err := a.StartTemplateBuild(ctx, api.TemplateBuildRequest{Template: "tpl", Spec: spec})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Status != api.BuildBuilding || b.Tag != "default" || b.Steps != 3 {
+				t.Errorf("started build: %+v", b)
+			}
+			logs := "/v1/templates/builds/" + b.ID + "/logs?follow=true"
+			wsDone := make(chan []api.TemplateLogEntry, 1)
+			go func() { wsDone <- followWS(t, h, logs) }()
+			nd := followNDJSON(t, h, logs)
+			ws := <-wsDone
+			if len(nd) == 0 || !strings.Contains(nd[len(nd)-1].Message, "ready") {
+				t.Fatalf("NDJSON log does not end with the build ready: %+v", nd)
+			}
+			if len(ws) != len(nd) {
+				t.Errorf("WebSocket log has %d entries, NDJSON %d", len(ws), len(nd))
+			}
+			final, err := a.TemplateBuild(ctx, b.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if final.Status != api.BuildReady || final.FinishedAt == nil || final.Layers < 2 || final.CachedSteps != 0 {
+				t.Fatalf("build after its log ended: %+v", final)
+			}
+
+			sb := h.create(h.a, api.CreateSandboxRequest{Template: "tpl", Runtime: rt})
+			if sb.Limits.MemoryBytes != 256<<20 {
+				t.Errorf("sandbox of the template has %d bytes of memory, want the recipe's 256 MiB", sb.Limits.MemoryBytes)
+			}
+			if got := sh(t, ctx, a, sb.ID, "cat run.txt; echo $GREETING; pwd"); got != "built-by-run\nhi\n/opt\n" {
+				t.Errorf("sandbox of the template: %q", got)
+			}
+
+			again := build(t, ctx, a, "tpl", spec, api.BuildReady)
+			if again.CachedSteps != 1 {
+				t.Errorf("rebuild: %d steps cached, want 1 (the RUN)", again.CachedSteps)
+			}
+			for _, e := range logOf(t, ctx, a, again.ID) {
+				if e.Step == 0 && !strings.HasSuffix(e.Message, "CACHED") || e.Output {
+					t.Errorf("rebuild ran its RUN step: %+v", e)
+				}
+			}
+			m := metricsText(t, h)
+			for _, want := range []string{
+				`kiln_template_builds_total{status="ready"} 2`,
+				`kiln_template_build_steps_total{cached="false"} 1`,
+				`kiln_template_build_steps_total{cached="true"} 1`,
+				`kiln_template_build_seconds_count{result="ready"} 2`,
+			} {
+				if !strings.Contains(m, want) {
+					t.Errorf("/metrics lacks %s", want)
+				}
+			}
+		})
+	}
+}
+
+// followNDJSON reads a build log stream to its end.
+func followNDJSON(t *testing.T, h *harness, path string) []api.TemplateLogEntry {
+	t.Helper()
+	resp := h.request("GET", path, h.a, nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var es []api.TemplateLogEntry
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), `"type":"ping"`) {
+			continue
+		}
+		var e api.TemplateLogEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Message == "" {
+			t.Fatalf("log line %q: %v", sc.Text(), err)
+		}
+		es = append(es, e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return es
+}
+
+// followWS reads a build log over a WebSocket until the server closes it
+// normally.
+func followWS(t *testing.T, h *harness, path string) []api.TemplateLogEntry {
+	ctx := testCtx(t)
+	url := "ws" + strings.TrimPrefix(h.ts.URL, "http") + path
+	c, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + h.a}}})
+	if err != nil {
+		t.Errorf("dialing %s: %v", path, err)
+		return nil
+	}
+	defer c.CloseNow()
+	var es []api.TemplateLogEntry
+	for {
+		_, b, err := c.Read(ctx)
+		if websocket.CloseStatus(err) == websocket.StatusNormalClosure {
+			return es
+		}
+		if err != nil {
+			t.Errorf("reading the log over a WebSocket after %d entries: %v", len(es), err)
+			return es
+		}
+		if strings.Contains(string(b), `"type":"ping"`) {
+			continue
+		}
+		var e api.TemplateLogEntry
+		if err := json.Unmarshal(b, &e); err != nil {
+			t.Errorf("WebSocket message %q: %v", b, err)
+		}
+		es = append(es, e)
+	}
+}
+
+// metricValue is the value of one series in /metrics text (0 if absent).
+func metricValue(text, series string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
