@@ -108,6 +108,9 @@ func (r *remote) templateBuild(ctx context.Context, cfg config.Config, args []st
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if *f.local.local && *f.tag != "" {
+		return c.usageError("--local builds the built-ins here; -t builds NAME on a server: not both")
+	}
 	if *f.local.local || *f.tag == "" {
 		for _, n := range []string{"f", "file", "build-arg", "from", "from-image", "registry-user", "run", "cmd", "ready-cmd",
 			"cpus", "memory", "disk", "no-cache", "public", "detach", "json"} {

@@ -153,6 +153,7 @@ func TestTemplateUsage(t *testing.T) {
 		{[]string{"build", "-t", "x"}, 2, "give one CONTEXT_DIR"},
 		{[]string{"build", "-f", "Dockerfile", "."}, 2, "-f builds on a server: give the template's name with -t"},
 		{[]string{"build", "-t", "x", "--force", "."}, 2, "--force is for local builds"},
+		{[]string{"build", "--local", "-t", "x", "."}, 2, "not both"},
 		{[]string{"build", "-t", "x", "--progress", "fancy", "."}, 2, `--progress "fancy"`},
 		{[]string{"build", "-t", "x", "--from", "base", "."}, 2, "takes no Dockerfile"},
 		{[]string{"build", "-t", "x", "--run", "true", "."}, 2, "--run and --registry-user go with --from"},
