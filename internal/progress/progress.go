@@ -111,11 +111,11 @@ func (d *Display) Add(e api.TemplateLogEntry) {
 	commit = d.enter(num, e, header)
 	v := d.cur
 	switch {
-	case header != "":
-		if v.title == "" {
-			v.title = header
-			commit = append(commit, d.plain(v, header))
-		}
+	case strings.HasSuffix(header, " CACHED"):
+		// enter showed it
+	case header != "" && v.title == "":
+		v.title = header
+		commit = append(commit, d.plain(v, header))
 	case e.Level == "warn":
 		commit = append(commit, fmt.Sprintf("#%d WARN: %s", v.num, msg))
 	case e.Output:

@@ -34,6 +34,7 @@ var good = []api.TemplateLogEntry{
 	entry(4500, 2, "[3/4] done in 4.2s"),
 	entry(4600, 3, "[4/4] WORKDIR /app"),
 	entry(4700, -1, "[finalize] making the working directory /app"),
+	entry(4750, -1, "[finalize] warm snapshot taken in 0s"),
 	entry(4800, -1, "build tb_1 ready in 4.8s"),
 }
 
@@ -67,6 +68,7 @@ func TestPlain(t *testing.T) {
 #5 [4/4] WORKDIR /app
 #5 DONE 0.1s
 #6 [finalize] making the working directory /app
+#6 [finalize] warm snapshot taken in 0s
 #6 DONE 0.1s
 build tb_1 ready in 4.8s
 `},
