@@ -20,8 +20,10 @@ Usage:
   kiln run [flags] -- COMMAND [ARG...]   run a command in a fresh sandbox, then destroy it
   kiln run [flags] SCRIPT                run a script file (.py, .sh, ...) the same way
   kiln run --lang LANG FILE              run code in a fresh code-interpreter sandbox
-  kiln template build [NAME...]          build (or check) templates; default: all built-ins
-  kiln template ls                       list built templates
+  kiln template build -t NAME [-f DOCKERFILE] CONTEXT_DIR
+                                         build a template on a server from a Dockerfile
+  kiln template ls|get|rm|tag|logs|...   manage a server's templates (kiln template -h)
+  kiln template build [NAME...]          build the built-in templates here (default: all)
   kiln bench [flags]                     measure sandbox latency and memory (docs/benchmarks.md)
   kiln sandbox create|ls|exec|code|...   manage a server's sandboxes (kiln sandbox -h)
   kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
@@ -33,7 +35,7 @@ Usage:
 
 Run 'kiln COMMAND -h' for a command's flags. Environment: KILN_DATA_DIR
 (default /var/lib/kiln), KILN_RUNTIME (runsc or runc), KILN_AGENT; for
-the sandbox, files and keys commands KILN_URL (default
+the sandbox, files, snapshot, template and keys commands KILN_URL (default
 http://127.0.0.1:8420) and KILN_API_KEY.
 `
 

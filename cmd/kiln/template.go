@@ -2,74 +2,118 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
+// kiln template manages a server's templates (build from a Dockerfile,
+// an image or steps; list, inspect, tag, delete), and, with --local or
+// without a name to build (-t), builds the built-in templates on this
+// host, as make setup does.
+
+const templateUsage = `Usage:
+  kiln template build -t NAME[:TAG] [flags] CONTEXT_DIR   build a template from a Dockerfile
+  kiln template build -t NAME[:TAG] --from-image REF [--run CMD]...
+                                                  build one from an OCI image (or --from TEMPLATE)
+  kiln template ls                                list templates: yours, public ones, built-ins
+  kiln template get REF                           show a template and its current build
+  kiln template rm REF...                         delete a tag (name:tag) or a template (name)
+  kiln template tag NAME:TAG BUILD_ID             point a tag at a build
+  kiln template untag NAME:TAG                    remove a tag
+  kiln template publish|unpublish NAME            let every key use it, or only yours
+  kiln template builds [NAME]                     list builds, newest first
+  kiln template logs BUILD_ID [-f]                print (or follow) a build's log
+
+On this host, without a server (make setup):
+  kiln template build [--local] [NAME...]         build the built-in templates (default: all)
+  kiln template ls --local                        list the built-in templates built here
+
+A REF is name or name:tag (tag "default" when left out). Run
+'kiln template COMMAND -h' for a command's flags and examples.
+` + remoteHelp
+
 func templateCmd(ctx context.Context, cfg config.Config, args []string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("usage: kiln template build [NAME...] | kiln template ls")
+	return newRemote().template(ctx, cfg, args)
+}
+
+func (r *remote) template(ctx context.Context, cfg config.Config, args []string) error {
+	cmds := map[string]func(context.Context, []string) error{
+		"build":   func(ctx context.Context, args []string) error { return r.templateBuild(ctx, cfg, args) },
+		"ls":      func(ctx context.Context, args []string) error { return r.templateList(ctx, cfg, args) },
+		"get":     r.templateGet,
+		"rm":      r.templateRemove,
+		"delete":  r.templateRemove,
+		"tag":     r.templateTag,
+		"untag":   r.templateUntag,
+		"publish": func(ctx context.Context, args []string) error { return r.templatePublish(ctx, "publish", true, args) },
+		"unpublish": func(ctx context.Context, args []string) error {
+			return r.templatePublish(ctx, "unpublish", false, args)
+		},
+		"builds": r.templateBuilds,
+		"logs":   r.templateLogs,
 	}
-	switch args[0] {
-	case "build":
-		fs := flag.NewFlagSet("template build", flag.ContinueOnError)
-		force := fs.Bool("force", false, "rebuild even if the cached build is up to date")
-		warm := fs.Bool("warm", true, "also build the warm checkpoints of templates with a warm step (needs root and runsc)")
-		fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory")
-		fs.StringVar(&cfg.Mirror, "mirror", cfg.Mirror, "Debian mirror")
-		if err := fs.Parse(args[1:]); err != nil {
-			return exitError{2}
+	cmds["list"] = cmds["ls"]
+	return r.dispatch(ctx, "template", templateUsage, cmds, args)
+}
+
+// localFlags are the flags of a local build of the built-ins.
+type localFlags struct {
+	local, force, warm *bool
+}
+
+// buildLocal builds the built-in templates names (all when empty) into
+// cfg.DataDir, with their warm checkpoints.
+func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags, names []string) error {
+	recipes := template.Builtin()
+	if len(names) == 0 {
+		for n := range recipes {
+			names = append(names, n)
 		}
-		recipes := template.Builtin()
-		names := fs.Args()
-		if len(names) == 0 {
-			for n := range recipes {
-				names = append(names, n)
-			}
-			sort.Strings(names)
+		sort.Strings(names)
+	}
+	for _, n := range names {
+		if _, ok := recipes[n]; !ok {
+			return fmt.Errorf("unknown built-in template %q (to build a Dockerfile on a server: kiln template build -t NAME -f Dockerfile CONTEXT_DIR)", n)
 		}
-		for _, n := range names {
-			r, ok := recipes[n]
-			if !ok {
-				return fmt.Errorf("unknown template %q", n)
-			}
-			opts := template.BuildOptions{Mirror: cfg.Mirror, Progress: os.Stderr, Force: *force}
-			if _, err := template.Build(ctx, cfg.DataDir, r, opts); err != nil {
-				return err
-			}
-			if *warm && r.Warm != nil {
-				if err := buildWarm(ctx, cfg, r.Name); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	case "ls", "list":
-		ts, err := template.List(cfg.DataDir)
-		if err != nil {
+	}
+	for _, n := range names {
+		rc := recipes[n]
+		opts := template.BuildOptions{Mirror: cfg.Mirror, Progress: r.stderr, Force: *f.force}
+		if _, err := template.Build(ctx, cfg.DataDir, rc, opts); err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tBUILD\tUSER\tWORKDIR\tWARM")
-		for _, t := range ts {
-			warm := "-"
-			if t.Warm != nil {
-				warm = t.Warm.Language + ": " + strings.ReplaceAll(t.Warm.Code, "\n", "; ")
+		if *f.warm && rc.Warm != nil {
+			if err := buildWarm(ctx, cfg, rc.Name); err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Hash, t.Defaults.User, t.Defaults.Workdir, warm)
 		}
-		return tw.Flush()
 	}
-	return fmt.Errorf("unknown template command %q", args[0])
+	return nil
+}
+
+// listLocal lists the built-in templates built in cfg.DataDir.
+func (r *remote) listLocal(cfg config.Config) error {
+	ts, err := template.List(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	tw := r.table()
+	fmt.Fprintln(tw, "NAME\tBUILD\tUSER\tWORKDIR\tWARM")
+	for _, t := range ts {
+		warm := "-"
+		if t.Warm != nil {
+			warm = t.Warm.Language + ": " + strings.ReplaceAll(t.Warm.Code, "\n", "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Hash, t.Defaults.User, t.Defaults.Workdir, warm)
+	}
+	return tw.Flush()
 }
 
 // buildWarm makes the template's warm checkpoint for this host's runsc and
