@@ -16,7 +16,11 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/builder"
+	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
 // benchCmd runs the benchmarks and writes docs/benchmarks.md and its JSON.
@@ -41,6 +45,8 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
 	warm := fs.Bool("warm", true, "code-interpreter creates on runsc: cold, from the warm template, from a pool")
 	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
+	tmpls := fs.Bool("templates", false, "custom templates on runsc: first and cached build of a Dockerfile (reaches the Debian mirror; needs KILN_NETWORK=on), creates cold, from its warm snapshot, from a pool")
+	tmplN := fs.Int("templates-samples", 10, "creates per way in the templates run")
 	snaps := fs.Bool("snapshots", true, "pause, resume, fork and snapshot latency on runsc against working-set size")
 	snapSizes := fs.String("snapshot-sizes", "50M,256M,500M,2G", "working sets for --snapshots")
 	snapN := fs.Int("snapshot-samples", 3, "samples per operation and size for --snapshots")
@@ -64,7 +70,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	target := bench.Manager(m)
 	if *serverURL != "" {
 		target = bench.Server(*serverURL, config.Env("KILN_API_KEY"))
-		*core, *load, *code, *warm, *snaps = false, false, false, false, false
+		*core, *load, *code, *warm, *snaps, *tmpls = false, false, false, false, false, false
 	}
 
 	if *core {
@@ -124,6 +130,13 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			return err
 		}
 		rep.Add("warm", res)
+	}
+	if *tmpls {
+		res, err := benchTemplates(ctx, cfg, log, *tmplN)
+		if err != nil {
+			return err
+		}
+		rep.Add("templates", res)
 	}
 	if *snaps && slices.Contains(runtimes, "runsc") {
 		o := bench.SnapshotOptions{Samples: *snapN, Fork4Max: 512 << 20}
@@ -187,4 +200,54 @@ func writeFile(path string, b []byte) error {
 	}
 	fmt.Fprintf(os.Stderr, "bench: wrote %s\n", path)
 	return os.WriteFile(path, b, 0o644)
+}
+
+// benchTemplates runs the templates benchmark on a Manager and Builder of
+// its own: a fresh layer store and records in a scratch dir under the
+// data dir (the built-in templates shared), and the host's sandbox
+// networking for the build's apt-get.
+func benchTemplates(ctx context.Context, cfg config.Config, log *slog.Logger, n int) (*bench.TemplatesResult, error) {
+	if !cfg.Network.Enable {
+		return nil, fmt.Errorf("--templates builds with apt-get over NAT: set KILN_NETWORK=on")
+	}
+	dir, err := os.MkdirTemp(cfg.DataDir, "bench-templates-")
+	if err != nil {
+		return nil, fmt.Errorf("creating scratch dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Symlink(template.Dir(cfg.DataDir), template.Dir(dir)); err != nil {
+		return nil, err
+	}
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "kiln.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	layers, err := layer.Open(filepath.Join(dir, "layers"))
+	if err != nil {
+		return nil, err
+	}
+	nw, err := openNetwork(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	defer nw.Close()
+	cat := &template.Catalog{DataDir: dir, Store: st}
+	m, err := sandbox.NewManager(ctx, sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st,
+		Catalog: cat, Net: nw}, runtimes(ctx, cfg), log)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	im, err := sandbox.NewImages(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	b, err := builder.New(ctx, builder.Config{DataDir: dir, Records: st, Layers: layers, Catalog: cat, Sandboxes: m,
+		Images: im, Runtime: "runsc", Network: sandbox.NetworkNAT, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	return bench.Templates(ctx, bench.TemplatesEnv{Builder: b, Manager: m, Images: im, FilesDir: dir}, n, os.Stderr)
 }

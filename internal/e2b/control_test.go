@@ -214,6 +214,8 @@ func TestControlPlane(t *testing.T) {
 		}{
 			{"unknown template", "POST", "/v2/sandboxes", h.a, map[string]any{"templateID": "nope"}, 404, "template 'nope' not found"},
 			{"bad template name", "POST", "/sandboxes", h.a, map[string]any{"templateID": "../x"}, 404, "template '../x' not found"},
+			{"unknown tag", "POST", "/v2/sandboxes", h.a, map[string]any{"templateID": "base:v2"}, 404, "template 'base:v2' not found"},
+			{"bad tag", "POST", "/v2/sandboxes", h.a, map[string]any{"templateID": "base:../x"}, 404, "template 'base:../x' not found"},
 			{"no key", "POST", "/v2/sandboxes", "", map[string]any{"templateID": "base"}, 401, ""},
 			{"unknown key", "GET", "/v2/sandboxes", "e2b_0000000000000000000000000000000000000000", nil, 401, ""},
 			{"unknown sandbox", "GET", "/sandboxes/abcdefgh12345678", h.a, nil, 404, ""},
@@ -232,6 +234,17 @@ func TestControlPlane(t *testing.T) {
 				t.Errorf("%s: %d %s, want %d with {code:%d, message:%q}", tc.name, status, b, tc.status, tc.status, tc.message)
 			}
 		}
+	})
+
+	// E2B's "name:tag" form: the tag names the build (a built-in has only
+	// the default tag), and an unknown tag is not found (above).
+	t.Run("name:tag", func(t *testing.T) {
+		h := h.with(t)
+		sb := h.create(h.b, map[string]any{"templateID": "base:default"})
+		if sb.Alias != "base:default" || sb.SandboxID == "" {
+			t.Errorf("created %+v from base:default, want alias base:default", sb)
+		}
+		h.api("DELETE", "/sandboxes/"+sb.SandboxID, h.b, nil, http.StatusNoContent, nil)
 	})
 
 	t.Run("auto resume", func(t *testing.T) {

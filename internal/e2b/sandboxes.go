@@ -34,12 +34,16 @@ var templates = map[string]string{
 	"code-interpreter-v1": "code-interpreter",
 }
 
-// kilnTemplate is the Kiln template an E2B templateID names: E2B's
-// well-known names map onto Kiln's, other names are Kiln template names.
-func kilnTemplate(name string) string {
-	name, _, _ = strings.Cut(name, ":") // a tag
-	if t, ok := templates[name]; ok {
-		return t
+// kilnTemplate is the Kiln template reference ("name[:tag]") an E2B
+// templateID names: E2B's well-known names map onto Kiln's, keeping the
+// tag; other names are Kiln template references, tag and all.
+func kilnTemplate(ref string) string {
+	name, tag, ok := strings.Cut(ref, ":")
+	if t, known := templates[name]; known {
+		name = t
+	}
+	if ok {
+		return name + ":" + tag
 	}
 	return name
 }
@@ -124,7 +128,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
 	err := errdefs.ErrNotFound
-	if opts.Snapshot != "" || template.ValidName(opts.Template) {
+	if _, _, refErr := template.ParseRef(opts.Template); opts.Snapshot != "" || refErr == nil {
 		start := time.Now()
 		sb, err = h.m.Create(r.Context(), opts)
 		h.edge.ObserveCreate(time.Since(start), err)

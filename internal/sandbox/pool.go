@@ -2,12 +2,15 @@ package sandbox
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/template"
 )
@@ -22,10 +25,22 @@ import (
 // them), not in the Manager's live set (quotas and the reaper ignore
 // them); the Manager's Close destroys them, and a crash leaves only their
 // dirs, which the next start's adoption removes as orphans.
+//
+// A pool is named as the server's operator names it (kiln serve --pool
+// NAME=N, NAME "name[:tag]"): a built-in template's name is the built-in;
+// any other name is the one custom template of that name and tag, public
+// or private, whoever owns it (poolTemplate). A name that two owners use
+// is ambiguous: that pool stays empty and the log says why. The filler
+// resolves every pool's name again every poolRefresh, so when a build
+// moves the name the pool's sandboxes of the old build are destroyed and
+// it refills from the new one; a create claims a pooled sandbox only when
+// it asks for the very build the pool holds (for its own private template
+// of the same name, another owner gets one made for it).
 
 // PoolStat is one template's pool, for metrics.
 type PoolStat struct {
-	Template     string
+	Template     string // the pool's name, as configured
+	Build        string // the build it holds ("" until resolved): a custom build's id, a built-in's hash
 	Ready        int    // sandboxes waiting to be claimed
 	Target       int    // configured size
 	Hits, Misses uint64 // creates of the template that did / did not get one
@@ -35,6 +50,7 @@ type PoolStat struct {
 type pools struct {
 	mu      sync.Mutex
 	targets map[string]int
+	builds  map[string]string // pool name → hash of the build it holds ("": not resolved)
 	ready   map[string][]*pooled
 	hits    map[string]uint64
 	misses  map[string]uint64
@@ -60,12 +76,15 @@ const fillBackoff = 30 * time.Second
 // claimed sandbox's first requests would otherwise compete with.
 const refillDelay = 300 * time.Millisecond
 
+// poolRefresh is how often the filler resolves the pools' names again.
+const poolRefresh = 5 * time.Second
+
 // StartPools keeps sizes[template] ready sandboxes of each template,
 // refilled in the background until Close. A template with a warm step and
 // no usable warm checkpoint gets one built first. Call it once (again
 // after StopPools).
 func (im *Images) StartPools(sizes map[string]int) {
-	p := &pools{targets: map[string]int{}, ready: map[string][]*pooled{}, hits: map[string]uint64{},
+	p := &pools{targets: map[string]int{}, builds: map[string]string{}, ready: map[string][]*pooled{}, hits: map[string]uint64{},
 		misses: map[string]uint64{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	for name, n := range sizes {
 		if n > 0 {
@@ -96,7 +115,7 @@ func (im *Images) PoolStats() []PoolStat {
 	defer p.mu.Unlock()
 	var out []PoolStat
 	for _, name := range slices.Sorted(maps.Keys(p.targets)) {
-		out = append(out, PoolStat{Template: name, Ready: len(p.ready[name]), Target: p.targets[name],
+		out = append(out, PoolStat{Template: name, Build: p.builds[name], Ready: len(p.ready[name]), Target: p.targets[name],
 			Hits: p.hits[name], Misses: p.misses[name]})
 	}
 	return out
@@ -108,8 +127,14 @@ func (im *Images) fill(ctx context.Context, p *pools) {
 	defer close(p.done)
 	retryAt := map[string]time.Time{}
 	fails := map[string]int{}
+	var refreshed time.Time
 	for {
+		if time.Since(refreshed) >= poolRefresh {
+			im.refreshPools(ctx, p)
+			refreshed = time.Now()
+		}
 		name, wait := p.next(retryAt)
+		wait = min(wait, poolRefresh-time.Since(refreshed))
 		if name == "" {
 			select {
 			case <-ctx.Done():
@@ -159,12 +184,85 @@ func (p *pools) next(retryAt map[string]time.Time) (string, time.Duration) {
 	return best, wait
 }
 
+// refreshPools resolves every pool's name again and drains the pools
+// whose name now means another build (or none).
+func (im *Images) refreshPools(ctx context.Context, p *pools) {
+	p.mu.Lock()
+	names := slices.Collect(maps.Keys(p.targets))
+	p.mu.Unlock()
+	for _, name := range names {
+		hash := ""
+		if tmpl, err := im.poolTemplate(ctx, name); err == nil {
+			hash = tmpl.Hash
+		} else if !errors.Is(err, errdefs.ErrNotFound) {
+			continue // keep what it holds; fillOne logs the error
+		}
+		im.setPoolBuild(ctx, p, name, hash)
+	}
+}
+
+// setPoolBuild records that the named pool holds build hash and destroys
+// its sandboxes of any other build.
+func (im *Images) setPoolBuild(ctx context.Context, p *pools, name, hash string) {
+	p.mu.Lock()
+	var stale []*pooled
+	if p.builds[name] != hash {
+		p.builds[name] = hash
+		q := p.ready[name]
+		p.ready[name] = slices.DeleteFunc(slices.Clone(q), func(e *pooled) bool { return e.hash != hash })
+		for _, e := range q {
+			if e.hash != hash {
+				stale = append(stale, e)
+			}
+		}
+	}
+	p.mu.Unlock()
+	if len(stale) > 0 {
+		im.log.Info("template moved to another build; draining its pool", "template", name, "build", hash, "drained", len(stale))
+	}
+	for _, e := range stale {
+		im.core.discard(context.WithoutCancel(ctx), e.b)
+	}
+}
+
+// poolTemplate resolves a pool's name ("name[:tag]") to the build it
+// holds: a built-in's current build, or the one custom template of that
+// name and tag among every owner's. Two owners' templates of the name make
+// it ambiguous (ErrFailedPrecondition).
+func (im *Images) poolTemplate(ctx context.Context, ref string) (*template.Template, error) {
+	name, tag, err := template.ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	cat := im.cfg.catalog()
+	if _, builtin := template.Builtin()[name]; builtin || cat.Store == nil {
+		if tag != template.DefaultTag {
+			return nil, fmt.Errorf("template %s:%s: %w", name, tag, errdefs.ErrNotFound)
+		}
+		return template.Lookup(im.cfg.DataDir, name)
+	}
+	tags, err := cat.Store.ListTags(ctx, "", name)
+	if err != nil {
+		return nil, fmt.Errorf("looking up template %s: %w", ref, err)
+	}
+	tags = slices.DeleteFunc(tags, func(t template.TagRecord) bool { return t.Tag != tag })
+	switch len(tags) {
+	case 0:
+		return nil, fmt.Errorf("template %s:%s: %w", name, tag, errdefs.ErrNotFound)
+	case 1:
+		return cat.Build(tags[0].BuildID)
+	}
+	return nil, fmt.Errorf("pool %s: %d owners have a template %s:%s, so the pool cannot tell which to hold: %w",
+		ref, len(tags), name, tag, errdefs.ErrFailedPrecondition)
+}
+
 // fillOne adds one sandbox to the named pool.
 func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
-	tmpl, err := template.Lookup(im.cfg.DataDir, name)
+	tmpl, err := im.poolTemplate(ctx, name)
 	if err != nil {
 		return err
 	}
+	im.setPoolBuild(ctx, p, name, tmpl.Hash)
 	rt := im.runtimes[im.cfg.Runtime]
 	limits, err := im.poolLimits(tmpl)
 	if err != nil {
@@ -173,7 +271,7 @@ func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
 	ck, why := im.warmCheckpoint(tmpl, rt, limits)
 	if c, ok := rt.(oci.Checkpointer); ck == nil && tmpl.Warm != nil && ok && c.CanCheckpoint() {
 		im.log.Info("building the warm checkpoint for the pool", "template", name, "reason", why)
-		if _, err := im.BuildWarm(ctx, name); err != nil {
+		if _, err := im.BuildWarmTemplate(ctx, tmpl); err != nil {
 			im.log.Error("building warm checkpoint; the pool fills cold", "template", name, "err", err)
 		}
 		ck, why = im.warmCheckpoint(tmpl, rt, limits)
@@ -186,7 +284,7 @@ func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
 		return err
 	}
 	p.mu.Lock()
-	if p.closed {
+	if p.closed || p.builds[name] != tmpl.Hash { // closed, or moved on while it booted
 		p.mu.Unlock()
 		im.core.discard(context.WithoutCancel(ctx), b)
 		return nil
@@ -234,33 +332,34 @@ func (p *pools) kick() {
 }
 
 // take removes and returns a ready sandbox of tmpl for a sandbox like
-// want, counting a hit or a miss; nil if there is none.
-// Sandboxes of an older build of the template are removed from the pool
-// and returned as stale, for the caller to destroy.
-func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limits Limits) (_ *pooled, stale []*pooled) {
+// want from the pool that holds tmpl's build, counting a hit or a miss;
+// nil if there is none, and "" if no pool holds the build.
+func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limits Limits) (_ *pooled, name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.targets[tmpl.Name] == 0 {
-		return nil, nil
+	if p.closed {
+		return nil, ""
 	}
-	q := p.ready[tmpl.Name]
-	for len(q) > 0 && q[0].hash != tmpl.Hash {
-		stale, q = append(stale, q[0]), q[1:]
+	for n, hash := range p.builds {
+		if hash == tmpl.Hash && p.targets[n] > 0 {
+			name = n
+			break
+		}
 	}
-	p.ready[tmpl.Name] = q
-	if len(stale) > 0 {
-		p.kick()
+	if name == "" {
+		return nil, ""
 	}
+	q := p.ready[name]
 	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits {
-		p.misses[tmpl.Name]++
-		return nil, stale
+		p.misses[name]++
+		return nil, name
 	}
 	e := q[0]
-	p.ready[tmpl.Name] = q[1:]
-	p.hits[tmpl.Name]++
+	p.ready[name] = q[1:]
+	p.hits[name]++
 	p.claimed = time.Now()
 	p.kick()
-	return e, stale
+	return e, name
 }
 
 // claim turns a pooled sandbox into the sandbox want describes (its id
@@ -275,28 +374,21 @@ func (im *Images) claim(ctx context.Context, want Sandbox, tmpl *template.Templa
 	if err != nil {
 		return Sandbox{}, false, nil
 	}
-	e, stale := p.take(tmpl, want, im.runtimes[im.cfg.Runtime].Name(), limits)
-	for _, s := range stale {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			im.core.discard(ctx, s.b)
-		}()
-	}
+	e, name := p.take(tmpl, want, im.runtimes[im.cfg.Runtime].Name(), limits)
 	if e == nil {
 		return Sandbox{}, false, nil
 	}
 	t0 := time.Now()
 	rec, kept, err := im.core.enlist(ctx, e.b, want, q, tmpl.Warm)
-	log := im.log.With("sandbox_id", e.b.rec.ID, "template", tmpl.Name)
+	log := im.log.With("sandbox_id", e.b.rec.ID, "template", tmpl.Name, "pool", name)
 	switch {
 	case kept: // a quota refusal
-		p.putBack(tmpl.Name, e)
+		p.putBack(name, e)
 		return Sandbox{}, false, err
 	case err != nil:
 		p.mu.Lock()
-		p.hits[tmpl.Name]--
-		p.misses[tmpl.Name]++
+		p.hits[name]--
+		p.misses[name]++
 		p.mu.Unlock()
 		log.Warn("claiming a pooled sandbox failed; creating one", "err", err)
 		return Sandbox{}, false, nil

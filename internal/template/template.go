@@ -78,21 +78,32 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // userSteps create the unprivileged user every template has: uid 1000,
-// home /home/user, and the mount point for the agent.
+// home /home/user, passwordless sudo (as E2B's images give it), and the
+// mount point for the agent.
 var userSteps = []string{
 	"id -u user >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash user",
 	"mkdir -p /.kiln /home/user && chown user:user /home/user && chmod 1777 /tmp",
+	"echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/kiln-user && chmod 0440 /etc/sudoers.d/kiln-user && visudo -c -q",
 	"rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/*",
+}
+
+// basePackages are what E2B's images carry and user code assumes (issue
+// 17 item 9): every template has them. python-is-python3 makes `python`
+// python3; iproute2 brings `ss`.
+var basePackages = []string{
+	"curl", "wget", "sudo", "python-is-python3", "python3-pip", "git", "nodejs", "npm",
+	"procps", "iproute2", "ca-certificates",
 }
 
 // Base is the recipe of the default template.
 func Base() *Recipe {
 	return &Recipe{
-		Name:    "base",
-		Suite:   "bookworm",
-		Variant: "minbase",
-		Include: []string{"bash", "coreutils", "python3", "ca-certificates", "git", "procps"},
-		Steps:   userSteps,
+		Name:     "base",
+		Suite:    "bookworm",
+		Variant:  "minbase",
+		Include:  []string{"bash", "coreutils", "python3", "ca-certificates", "git", "procps"},
+		Packages: basePackages,
+		Steps:    userSteps,
 		Defaults: Defaults{
 			User:    "user",
 			Workdir: "/home/user",
@@ -111,7 +122,7 @@ func CodeInterpreter() *Recipe {
 	const mplConfig = "/home/user/.config/matplotlib"
 	r := Base()
 	r.Name = "code-interpreter"
-	r.Packages = []string{
+	r.Packages = append(slices.Clone(basePackages),
 		// Python kernel and libraries.
 		"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
 		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
@@ -119,12 +130,12 @@ func CodeInterpreter() *Recipe {
 		// Other languages.
 		// node-typescript: the TypeScript kernel transpiles cells with it
 		// (node 18 cannot strip types itself).
-		"nodejs", "node-typescript", "r-base-core", "r-cran-irkernel", "openjdk-17-jdk-headless",
+		"node-typescript", "r-base-core", "r-cran-irkernel", "openjdk-17-jdk-headless",
 		"golang-go", "rustc",
 		// gcc only recommends the C library headers; without recommends
 		// they must be named.
 		"gcc", "g++", "make", "libc6-dev",
-	}
+	)
 	r.Steps = append(append([]string(nil), userSteps[:len(userSteps)-1]...),
 		// Build matplotlib's font cache once, as the user, so the first
 		// plot in a sandbox does not pay for it.

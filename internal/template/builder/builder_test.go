@@ -46,6 +46,13 @@ type env struct {
 
 func newEnv(t *testing.T, rt string) *env {
 	t.Helper()
+	return newEnvWith(t, rt, nil)
+}
+
+// newEnvWith is newEnv with configure, if not nil, adjusting the configs of
+// the Manager and the Builder before they start.
+func newEnvWith(t *testing.T, rt string, configure func(*sandbox.Config, *builder.Config)) *env {
+	t.Helper()
 	scfg := sandboxtest.Config(t, agentPath)
 	e := &env{t: t, dataDir: t.TempDir()}
 	if err := os.Symlink(template.Dir(scfg.DataDir), template.Dir(e.dataDir)); err != nil {
@@ -61,10 +68,14 @@ func newEnv(t *testing.T, rt string) *env {
 	}
 	e.catalog = &template.Catalog{DataDir: e.dataDir, Store: e.records}
 	scfg.Catalog = e.catalog
-	e.m, e.im = sandboxtest.NewManagerImages(t, scfg)
 	e.cfg = builder.Config{DataDir: e.dataDir, Records: e.records, Layers: e.layers, Catalog: e.catalog,
-		Sandboxes: e.m, Runtime: rt, Network: sandbox.NetworkNone, BuildTimeout: 5 * time.Minute,
+		Runtime: rt, Network: sandbox.NetworkNone, BuildTimeout: 5 * time.Minute,
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if configure != nil {
+		configure(&scfg, &e.cfg)
+	}
+	e.m, e.im = sandboxtest.NewManagerImages(t, scfg)
+	e.cfg.Sandboxes = e.m
 	e.b = e.open()
 	return e
 }

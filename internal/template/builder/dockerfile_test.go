@@ -11,7 +11,6 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/template"
-	"github.com/kiln-sh/kiln/internal/template/dockerfile"
 )
 
 // A Dockerfile compiled by the front end, its context uploaded as the
@@ -40,38 +39,8 @@ USER user
 			t.Fatal(err)
 		}
 	}
-	df, _ := os.ReadFile(filepath.Join(dir, "Dockerfile"))
-	spec, _, err := dockerfile.Compile(df, dockerfile.Options{IsTemplate: template.ValidName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bc, err := dockerfile.OpenContext(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bc.Close()
-	if err := bc.HashSteps(spec.Steps); err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range spec.Steps {
-		if st.FilesHash == "" {
-			continue
-		}
-		p, err := e.b.FilesPath("alice", st.FilesHash)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = os.MkdirAll(filepath.Dir(p), 0o755)
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bc.WriteTar(f, st.Args[0]); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
-	rec, log := e.build("alice", "df", *spec)
+	spec := e.compileDockerfile("alice", dir)
+	rec, log := e.build("alice", "df", spec)
 	if rec.Status != template.BuildReady {
 		t.Fatalf("build: %s %q%s", rec.Status, rec.Reason, lines(log))
 	}
