@@ -23,6 +23,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/store"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
+	"github.com/kiln-sh/kiln/internal/template/image"
 	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
@@ -57,6 +58,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.Var(bytesFlag{&b.MaxLayerBytes}, "build-max-layer", "most one build step may write, e.g. 10G (KILN_BUILD_MAX_LAYER)")
 	fs.IntVar(&b.MaxPerKey, "max-builds-per-key", b.MaxPerKey, "template builds one API key may run at once (KILN_MAX_BUILDS_PER_KEY)")
 	fs.IntVar(&b.MaxConcurrent, "max-builds", b.MaxConcurrent, "template builds the server runs at once (KILN_MAX_BUILDS)")
+	fs.BoolVar(&b.LoopbackRegistries, "build-loopback-registries", b.LoopbackRegistries,
+		"let builds pull images from registries on this host's loopback (KILN_BUILD_LOOPBACK_REGISTRIES=1)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -190,6 +193,7 @@ func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalo
 		DataDir: cfg.DataDir, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
 		Network: network, BuildTimeout: b.Timeout, MaxLayerBytes: b.MaxLayerBytes, MaxContextBytes: b.MaxContextBytes,
 		MaxPerOwner: b.MaxPerKey, MaxConcurrent: b.MaxConcurrent, Observer: mt, Log: log,
+		Registries: image.ServerGuard(b.LoopbackRegistries),
 	})
 }
 

@@ -23,6 +23,11 @@ type Builds struct {
 	// KILN_MAX_BUILDS, default 4); more are answered 429.
 	MaxPerKey     int
 	MaxConcurrent int
+	// LoopbackRegistries lets builds pull images from registries on this
+	// host's loopback (KILN_BUILD_LOOPBACK_REGISTRIES=1); off by default,
+	// so that no API key can aim the server at its own local services.
+	// Link-local (cloud metadata) addresses are always refused.
+	LoopbackRegistries bool
 }
 
 // WithDefaults returns b with its zero fields defaulted.
@@ -48,6 +53,9 @@ func (b Builds) WithDefaults() Builds {
 // buildsFromEnv overrides b by the KILN_BUILD_* and KILN_MAX_BUILDS*
 // variables; malformed values become -1 for validate.
 func buildsFromEnv(b Builds) Builds {
+	if v := os.Getenv("KILN_BUILD_LOOPBACK_REGISTRIES"); v != "" {
+		b.LoopbackRegistries = v == "1" || v == "true" || v == "on"
+	}
 	if v := os.Getenv("KILN_BUILD_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

@@ -123,7 +123,7 @@ func (r *run) fromImage(ctx context.Context) error {
 	var err error
 	if f.Image != "" {
 		r.logf(levelInfo, "[base] FROM image %s", f.Image)
-		img, err = image.Pull(ctx, f.Image, f.Registry)
+		img, err = image.Pull(ctx, f.Image, f.Registry, r.b.cfg.Registries)
 	} else {
 		r.logf(levelInfo, "[base] FROM image archive %.12s", f.Archive)
 		p := r.b.filesPath(r.rec.Owner, f.Archive)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/image"
 	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
@@ -86,7 +87,10 @@ type Config struct {
 	// Observer, if set, is told of each layer step and each build as they
 	// end (the server's metrics).
 	Observer Observer
-	Log      *slog.Logger
+	// Registries says which addresses image pulls may connect to (nil:
+	// any; kiln serve uses image.ServerGuard).
+	Registries image.Guard
+	Log        *slog.Logger
 }
 
 // Observer is told what builds do.

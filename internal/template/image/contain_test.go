@@ -27,7 +27,7 @@ func unpackEnts(t *testing.T, base string, ents []ent, o UnpackOptions) (string,
 	t.Helper()
 	host := startRegistry(t, nil)
 	push(t, host+"/evil:v1", testImage(t, v1.Config{}, testLayer(t, ents)), nil)
-	img, err := Pull(context.Background(), host+"/evil:v1", nil)
+	img, err := Pull(context.Background(), host+"/evil:v1", nil, nil)
 	if err != nil {
 		t.Fatalf("Pull: %v", err)
 	}
@@ -178,7 +178,7 @@ func TestUnpackDigestMismatch(t *testing.T) {
 	}
 	host := startRegistry(t, nil)
 	push(t, host+"/liar:v1", img, nil)
-	pulled, err := Pull(context.Background(), host+"/liar:v1", nil)
+	pulled, err := Pull(context.Background(), host+"/liar:v1", nil, nil)
 	if err != nil {
 		t.Fatalf("Pull: %v", err)
 	}
@@ -221,7 +221,7 @@ func TestUnpackCancel(t *testing.T) {
 		})
 	})
 	push(t, host+"/big:v1", testImage(t, v1.Config{}, big), nil)
-	img, err := Pull(context.Background(), host+"/big:v1", nil)
+	img, err := Pull(context.Background(), host+"/big:v1", nil, nil)
 	if err != nil {
 		t.Fatalf("Pull: %v", err)
 	}

@@ -27,15 +27,16 @@ import (
 // sent as a bearer token. Registries on loopback and private addresses are
 // spoken to over plain HTTP, others over HTTPS (go-containerregistry's
 // rule). ctx bounds every request made for the image, including the layer
-// downloads of later Unpack calls.
-func Pull(ctx context.Context, ref string, auth *api.RegistryAuth) (*Image, error) {
+// downloads of later Unpack calls. guard (nil: none) says which
+// addresses the pull may connect to.
+func Pull(ctx context.Context, ref string, auth *api.RegistryAuth, guard Guard) (*Image, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("malformed image reference %q: want [registry/]repository[:tag|@sha256:digest]: %w", errdefs.Clip(ref), errdefs.ErrInvalidArgument)
 	}
 	p := puller{ctx: ctx, ref: ref, host: r.Context().RegistryStr(), anonymous: authenticator(auth) == authn.Anonymous}
 	img, err := p.resolve(r, remote.WithContext(ctx), remote.WithPlatform(Platform),
-		remote.WithAuth(authenticator(auth)), remote.WithUserAgent("kiln"))
+		remote.WithAuth(authenticator(auth)), remote.WithUserAgent("kiln"), remote.WithTransport(guarded(guard)))
 	if err != nil {
 		return nil, p.explain(err)
 	}
@@ -98,6 +99,10 @@ func (p puller) explain(err error) error {
 	}
 	if errors.Is(err, errdefs.ErrInvalidArgument) { // said here already
 		return err
+	}
+	if errors.Is(err, errRefusedAddr) {
+		return fmt.Errorf("registry %s is at an address template builds may not pull from (this host's loopback, "+
+			"link-local or cloud metadata addresses): %w", p.host, errdefs.ErrPermissionDenied)
 	}
 	var te *transport.Error
 	if errors.As(err, &te) {

@@ -125,7 +125,7 @@ func TestPull(t *testing.T) {
 				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
 				defer cancel()
 			}
-			img, err := Pull(ctx, tc.ref, tc.auth)
+			img, err := Pull(ctx, tc.ref, tc.auth, nil)
 			if tc.class == nil {
 				if err != nil {
 					t.Fatalf("Pull: %v", err)

@@ -93,7 +93,7 @@ func pullFixture(t *testing.T) (*Image, []v1.Layer) {
 	lower, upper := testLayer(t, lowerEnts), testLayer(t, upperEnts)
 	host := startRegistry(t, nil)
 	push(t, host+"/kiln/fixture:v1", testImage(t, fixtureConfig, lower, upper), nil)
-	img, err := Pull(context.Background(), host+"/kiln/fixture:v1", nil)
+	img, err := Pull(context.Background(), host+"/kiln/fixture:v1", nil, nil)
 	if err != nil {
 		t.Fatalf("Pull: %v", err)
 	}
