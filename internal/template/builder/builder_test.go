@@ -232,6 +232,11 @@ func TestBuildSteps(t *testing.T) {
 			t.Errorf("in a sandbox of the template: %q (stderr %q), want %q", r.Stdout, r.Stderr, want)
 		}
 
+		// These build sandboxes have no network, and the log says so.
+		if find(log, "RUN steps have no network") == "" {
+			t.Errorf("no warning that RUN steps have no network:%s", lines(log))
+		}
+
 		// Nothing changed: every layer step is found again.
 		rec2, log2 := e.build("alice", "app", spec("v1\n"))
 		if rec2.Status != template.BuildReady || strings.Join(rec2.Layers, ",") != strings.Join(rec.Layers, ",") {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/layer"
 )
@@ -101,6 +102,10 @@ func (r *run) build(ctx context.Context) error {
 	}
 	if err := checkStack(r.dirs); err != nil {
 		return err
+	}
+	if r.b.cfg.Network == sandbox.NetworkNone && slices.ContainsFunc(r.spec.Steps, func(st api.TemplateStep) bool { return st.Type == api.StepRun }) {
+		r.logf(levelWarn, "RUN steps have no network: this server runs without sandbox networking "+
+			"(kiln serve --network, or KILN_NETWORK=on, lets them reach package mirrors)")
 	}
 	for i, st := range r.spec.Steps {
 		r.step = i
