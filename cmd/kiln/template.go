@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/config"
@@ -87,71 +83,19 @@ func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags
 			return fmt.Errorf("unknown built-in template %q (to build a Dockerfile on a server: kiln template build -t NAME -f Dockerfile CONTEXT_DIR)", n)
 		}
 	}
-	// The root filesystems build at once (each is mostly downloads and
-	// dpkg, one core apiece); the warm checkpoints follow one at a time.
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs = make([]error, len(names))
-	)
-	for i, n := range names {
-		out := &linePrefixer{mu: &mu, w: r.stderr, prefix: n + " | "}
-		if len(names) == 1 {
-			out.prefix = ""
-		}
-		wg.Go(func() {
-			defer out.flush()
-			opts := template.BuildOptions{Mirror: cfg.Mirror, Progress: out, Force: *f.force}
-			_, errs[i] = template.Build(ctx, cfg.DataDir, recipes[n], opts)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	for _, n := range names {
-		if rc := recipes[n]; *f.warm && rc.Warm != nil {
+		rc := recipes[n]
+		opts := template.BuildOptions{Mirror: cfg.Mirror, Progress: r.stderr, Force: *f.force}
+		if _, err := template.Build(ctx, cfg.DataDir, rc, opts); err != nil {
+			return err
+		}
+		if *f.warm && rc.Warm != nil {
 			if err := buildWarm(ctx, cfg, rc.Name); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// linePrefixer writes whole lines to w, each after prefix, holding mu
-// while it writes one, so concurrent builds' output interleaves by line.
-type linePrefixer struct {
-	mu     *sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-}
-
-func (p *linePrefixer) Write(b []byte) (int, error) {
-	p.buf = append(p.buf, b...)
-	for {
-		i := bytes.IndexByte(p.buf, '\n')
-		if i < 0 {
-			return len(b), nil
-		}
-		p.line(p.buf[:i])
-		p.buf = p.buf[i+1:]
-	}
-}
-
-// flush writes what is left of an unfinished last line.
-func (p *linePrefixer) flush() {
-	if len(p.buf) > 0 {
-		p.line(p.buf)
-		p.buf = nil
-	}
-}
-
-func (p *linePrefixer) line(l []byte) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "%s%s\n", p.prefix, l)
 }
 
 // listLocal lists the built-in templates built in cfg.DataDir.
