@@ -74,6 +74,26 @@ func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
 	}
 }
 
+// requireTemplate needs root and the built-in template name (make setup);
+// under CI=true it fails rather than skips.
+func requireTemplate(t *testing.T, name string) {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, name)
+	ocitest.Require(t, err == nil, fmt.Sprintf("%s template not built (make setup): %v", name, err))
+}
+
+// sharedDataDir is a fresh data dir for a kiln serve whose templates are
+// those make setup built (KILN_DATA_DIR's).
+func sharedDataDir(t *testing.T) string {
+	t.Helper()
+	dataDir := t.TempDir()
+	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	return dataDir
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,14 +109,9 @@ func freeAddr(t *testing.T) string {
 // sandbox acknowledged before the crash is either running and usable, with
 // its processes and files, or failed with a reason; nothing is leaked.
 func TestServeSurvivesKill9(t *testing.T) {
-	ocitest.RequireRoot(t)
-	_, err := template.Lookup(config.FromEnv().DataDir, "base")
-	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	requireTemplate(t, "base")
 	kiln := buildKiln(t)
-	dataDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
+	dataDir := sharedDataDir(t)
 	addr := freeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	if key == "" {

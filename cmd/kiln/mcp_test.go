@@ -22,9 +22,6 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
-	"github.com/kiln-sh/kiln/internal/config"
-	"github.com/kiln-sh/kiln/internal/oci/ocitest"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // TestLLMTools drives Kiln's tools for models against a real kiln serve.
@@ -35,14 +32,9 @@ import (
 // out, and the session's sandbox is killed when the session ends. Then the
 // function-calling example (examples/strawberry) runs its loop.
 func TestLLMTools(t *testing.T) {
-	ocitest.RequireRoot(t)
-	_, err := template.Lookup(config.FromEnv().DataDir, "code-interpreter")
-	ocitest.Require(t, err == nil, fmt.Sprintf("code-interpreter template not built (make setup): %v", err))
+	requireTemplate(t, "code-interpreter")
 	kiln := buildKiln(t)
-	dataDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
+	dataDir := sharedDataDir(t)
 	addr := freeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	defer func() {

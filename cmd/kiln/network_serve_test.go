@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net/http"
 	"net/netip"
 	"os"
@@ -15,10 +14,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
-	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/network/nettest"
-	"github.com/kiln-sh/kiln/internal/oci/ocitest"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // TestServeNetwork runs a real kiln serve with networking on, its host
@@ -28,17 +24,12 @@ import (
 // through the CLI's client, and /metrics has the sandbox's network
 // counters.
 func TestServeNetwork(t *testing.T) {
-	ocitest.RequireRoot(t)
-	_, err := template.Lookup(config.FromEnv().DataDir, "base")
-	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	requireTemplate(t, "base")
 	w := nettest.New(t)
 	w.AddSite(t, netip.MustParseAddr("198.51.100.10"), "allowed", "allowed.test")
 	w.AddSite(t, netip.MustParseAddr("198.51.100.20"), "denied", "denied.test")
 	kiln := buildKiln(t)
-	dataDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
+	dataDir := sharedDataDir(t)
 	addr := freeAddr(t)
 	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir, "--network")
 	cmd.Env = append(os.Environ(), "KILN_NETWORK_HOST_NS="+w.Host, "KILN_NETWORK_DNS="+w.Upstream()[0])

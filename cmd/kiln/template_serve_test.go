@@ -2,17 +2,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/kiln-sh/kiln/internal/config"
-	"github.com/kiln-sh/kiln/internal/oci/ocitest"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // TestTemplateCLI runs the real kiln binary against a real kiln serve:
@@ -22,14 +17,9 @@ import (
 // runsc and runc see the copied file, the RUN's result and the ENV; a RUN
 // that fails exits 1 naming the step; rm deletes the template.
 func TestTemplateCLI(t *testing.T) {
-	ocitest.RequireRoot(t)
-	_, err := template.Lookup(config.FromEnv().DataDir, "base")
-	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	requireTemplate(t, "base")
 	kiln := buildKiln(t)
-	dataDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
+	dataDir := sharedDataDir(t)
 	addr := freeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	t.Cleanup(func() {
