@@ -195,7 +195,7 @@ func (r *run) finalize(ctx context.Context) error {
 	d.Env = maps.Clone(d.Env)
 	t := template.Template{Name: r.rec.Template, Hash: r.rec.ID, Build: r.rec.ID, Layers: r.dirs, Defaults: d}
 	if r.cfg.StartCmd != "" {
-		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd,
+		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd, Cwd: d.Workdir,
 			TimeoutSeconds: int((r.b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
 	}
 	dir := r.b.buildDir(r.rec.ID)
