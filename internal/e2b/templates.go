@@ -70,12 +70,17 @@ func (p *pendingBuilds) put(id string, b pendingBuild) error {
 	return nil
 }
 
-func (p *pendingBuilds) take(id string) (pendingBuild, bool) {
+func (p *pendingBuilds) get(id string) (pendingBuild, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, ok := p.m[id]
-	delete(p.m, id)
 	return b, ok
+}
+
+func (p *pendingBuilds) drop(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, id)
 }
 
 func (h *Handler) registerTemplates() {
@@ -200,11 +205,13 @@ func (h *Handler) startBuild(w http.ResponseWriter, r *http.Request, c Caller) e
 	if err != nil {
 		return err
 	}
-	p, _ := h.pending.take(rec.ID)
+	// A refused recipe leaves the build waiting for a better one.
+	p, _ := h.pending.get(rec.ID)
 	spec.CPUs, spec.MemoryMB = p.cpus, p.memoryMB
 	if _, err := h.o.Builder.StartReserved(r.Context(), rec.Owner, rec.ID, p.tags, spec, false); err != nil {
 		return err
 	}
+	h.pending.drop(rec.ID)
 	w.WriteHeader(http.StatusAccepted)
 	return nil
 }
