@@ -223,7 +223,7 @@ func TestControlPlane(t *testing.T) {
 			{"bad state", "GET", "/v2/sandboxes?state=gone", h.a, nil, 400, ""},
 			{"bad token", "GET", "/v2/sandboxes?nextToken=zzz", h.a, nil, 400, ""},
 			{"timeout past the limit", "POST", "/sandboxes/" + sbA.SandboxID + "/timeout", h.a, map[string]any{"timeout": 1 << 30}, 400, ""},
-			{"unknown route", "GET", "/templates/xyz/files/abc", h.a, nil, 404, ""},
+			{"unknown route", "GET", "/templates/xyz/nothing/abc", h.a, nil, 404, ""},
 			{"network of a sandbox without one", "PUT", "/sandboxes/" + sbA.SandboxID + "/network", h.a,
 				map[string]any{"allow_internet_access": false}, 409, ""},
 		} {

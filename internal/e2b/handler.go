@@ -7,9 +7,12 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/builder"
 )
 
 // Options wire a Handler. internal/server fills in Manager, Images, Log
@@ -29,6 +32,12 @@ type Options struct {
 	// envd's and the code interpreter's; nil answers E2B's "port is not
 	// open" 502.
 	PortProxy func(w http.ResponseWriter, r *http.Request, sb sandbox.Sandbox, port int)
+	// Builder, Catalog (with its Store) and Limits serve E2B's template
+	// build API (templates*.go) on Kiln's builder, as internal/server's
+	// /v1/templates; nil Builder: the template routes answer 503.
+	Builder *builder.Builder
+	Catalog *template.Catalog
+	Limits  config.Limits
 	// Edge is the server's HTTP edge: API keys (the data plane uses them
 	// too: an API key of a sandbox's owner opens its ports like the access
 	// token), the cap on requests without credentials, errors' statuses
@@ -62,6 +71,8 @@ type Handler struct {
 	// once rather than wait for the kill.
 	dying sync.Map // sandbox.ID → struct{}
 	edge  *edge.Edge
+	// pending: template builds requested, waiting for their steps.
+	pending pendingBuilds
 }
 
 // New returns a Handler.

@@ -76,6 +76,7 @@ func (h *Handler) registerControl() {
 	h.route("POST /sandboxes/{id}/snapshots", h.createSnapshot)
 	h.route("GET /snapshots", h.listSnapshots)
 	h.route("DELETE /templates/{id}", h.deleteTemplate)
+	h.registerTemplates()
 	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		r.Pattern = "E2B unmatched"
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))

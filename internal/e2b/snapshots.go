@@ -86,15 +86,24 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request, c Caller
 }
 
 // deleteTemplate is DELETE /templates/{id}, which the SDK's
-// deleteSnapshot calls: it deletes the caller's snapshot of that name
-// (Kiln's templates are managed with kiln template).
+// deleteSnapshot calls too: it deletes the caller's snapshot of that
+// name, else its template of that name (templates_manage.go).
 func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request, c Caller) error {
 	name := r.PathValue("id")
 	err := h.im.DeleteSnapshot(r.Context(), c.Owner, name)
-	if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument) {
-		return fmt.Errorf("snapshot '%s' not found: %w", errdefs.ClipN(name, 64), errdefs.ErrNotFound)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalidArgument):
+		err = errdefs.ErrNotFound
+		if h.templatesOn() == nil {
+			err = h.deleteCustomTemplate(r, c, name)
+		}
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("template or snapshot '%s' not found: %w", errdefs.ClipN(name, 64), errdefs.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+	case err != nil:
 		return fmt.Errorf("deleting snapshot: %w", err)
 	}
 	w.WriteHeader(http.StatusNoContent)

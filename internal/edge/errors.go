@@ -74,7 +74,7 @@ func (e *Edge) internal(requestID string) *api.Error {
 
 // Problem is Public and the HTTP status of err, and logs err: an
 // internal error as an error with what the client did not see, others at
-// debug level.
+// debug level. A body over its limit (errdefs.TooLarge) is 413.
 func (e *Edge) Problem(ctx context.Context, err error) (*api.Error, int) {
 	e = e.or()
 	ae := e.Public(ctx, err)
@@ -86,6 +86,9 @@ func (e *Edge) Problem(ctx context.Context, err error) (*api.Error, int) {
 		log.Error("internal error", "err", err)
 	default:
 		log.Debug("request failed", "code", ae.Code, "err", err)
+	}
+	if _, ok := errors.AsType[*errdefs.TooLarge](err); ok {
+		return ae, http.StatusRequestEntityTooLarge
 	}
 	return ae, ae.Code.HTTPStatus()
 }

@@ -219,7 +219,7 @@ func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
 	if w.Start != "" {
 		started := make(chan error, 1)
 		go func() {
-			_, err := a.Exec(context.WithoutCancel(ctx), wire.ExecParams{Cmd: w.Start, Tag: "warm-start"}, func(ev api.Event) error {
+			_, err := a.Exec(context.WithoutCancel(ctx), wire.ExecParams{Cmd: w.Start, Cwd: w.Cwd, Tag: "warm-start"}, func(ev api.Event) error {
 				if ev.Type == api.EventStart {
 					started <- nil
 				}
@@ -238,7 +238,7 @@ func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
 		}
 	}
 	for w.Ready != "" {
-		exit, err := a.Exec(ctx, wire.ExecParams{Cmd: w.Ready, TimeoutMs: 10_000}, func(api.Event) error { return nil })
+		exit, err := a.Exec(ctx, wire.ExecParams{Cmd: w.Ready, Cwd: w.Cwd, TimeoutMs: 10_000}, func(api.Event) error { return nil })
 		if err == nil && exit != nil && exit.Code == 0 && exit.Reason == api.ExitNormal {
 			break
 		}

@@ -17,9 +17,6 @@ import (
 // or the client went away; the edge logs what the client did not see.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e, status := s.edge.Problem(r.Context(), err)
-	if _, ok := errors.AsType[*tooLargeError](err); ok {
-		status = http.StatusRequestEntityTooLarge
-	}
 	if (errors.Is(err, context.Canceled) && r.Context().Err() != nil) || edge.Started(w) {
 		return
 	}

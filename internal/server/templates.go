@@ -31,77 +31,10 @@ func (s *Server) templatesOn() error {
 	return nil
 }
 
-// templateNotFound is the error for a template the caller cannot see.
-func templateNotFound(name, tag string) error {
-	return fmt.Errorf("template %s:%s not found: %w", name, tag, errdefs.ErrNotFound)
-}
-
-// findTag returns the tag name:tag means to the caller: its own, else
-// (an admin) any key's, else a public one. It returns ErrNotFound
-// otherwise, including for built-ins.
-func (s *Server) findTag(ctx context.Context, r *http.Request, name, tag string) (template.TagRecord, error) {
+// tmplCaller is the caller as the template catalog's access rules see it.
+func tmplCaller(r *http.Request) template.Caller {
 	k := caller(r)
-	t, err := s.tmpl.GetTag(ctx, k.ID, name, tag)
-	if !errors.Is(err, errdefs.ErrNotFound) {
-		return t, err
-	}
-	var tags []template.TagRecord
-	if k.Admin {
-		if tags, err = s.tmpl.ListTags(ctx, "", name); err != nil {
-			return t, err
-		}
-	}
-	pub, err := s.tmpl.PublicTags(ctx, name)
-	if err != nil {
-		return t, err
-	}
-	for _, c := range append(tags, pub...) {
-		if c.Tag == tag {
-			return c, nil
-		}
-	}
-	return t, templateNotFound(name, tag)
-}
-
-// templateOwner is the owner of the template name the caller may change:
-// its own; for an admin, the one key's that has one of that name.
-func (s *Server) templateOwner(ctx context.Context, r *http.Request, name string) (string, error) {
-	k := caller(r)
-	own, err := s.tmpl.ListTags(ctx, k.ID, name)
-	if err != nil {
-		return "", err
-	}
-	if len(own) > 0 {
-		return k.ID, nil
-	}
-	if k.Admin {
-		all, err := s.tmpl.ListTags(ctx, "", name)
-		if err != nil {
-			return "", err
-		}
-		owners := map[string]bool{}
-		for _, t := range all {
-			owners[t.Owner] = true
-		}
-		switch len(owners) {
-		case 1:
-			return all[0].Owner, nil
-		case 0:
-		default:
-			return "", fmt.Errorf("%d keys have a template named %s: use one of their keys to change it: %w", len(owners), name, errdefs.ErrFailedPrecondition)
-		}
-	}
-	pub, err := s.tmpl.PublicTags(ctx, name)
-	if err != nil {
-		return "", err
-	}
-	if len(pub) > 0 {
-		return "", fmt.Errorf("template %s belongs to another key: only its owner or an admin may change it: %w", name, errdefs.ErrPermissionDenied)
-	}
-	if template.Builtin()[name] != nil {
-		return "", fmt.Errorf("template %s is built in: it cannot be changed: %w", name, errdefs.ErrPermissionDenied)
-	}
-	return "", fmt.Errorf("template %s not found: %w", name, errdefs.ErrNotFound)
+	return template.Caller{ID: k.ID, Admin: k.Admin}
 }
 
 // listTemplates lists the templates the caller can use: its own (an
@@ -158,7 +91,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.findTag(r.Context(), r, name, tag)
+	t, err := s.catalog.FindTag(r.Context(), tmplCaller(r), name, tag)
 	if errors.Is(err, errdefs.ErrNotFound) && tag == template.DefaultTag && template.Builtin()[name] != nil {
 		if _, lerr := template.Lookup(s.catalog.DataDir, name); lerr == nil {
 			return writeJSON(w, http.StatusOK, api.Template{Name: name, Tag: tag, Public: true, Builtin: true})
@@ -196,34 +129,16 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	owner, err := s.templateOwner(r.Context(), r, name)
+	owner, err := s.catalog.OwnerOf(r.Context(), tmplCaller(r), name)
 	if err != nil {
 		return err
 	}
-	tags := []string{tag}
-	if !strings.Contains(ref, ":") {
-		all, err := s.tmpl.ListTags(r.Context(), owner, name)
-		if err != nil {
-			return fmt.Errorf("listing tags of %s: %w", name, err)
-		}
-		tags = tags[:0]
-		for _, t := range all {
-			tags = append(tags, t.Tag)
-		}
+	var tags []string // all of them
+	if strings.Contains(ref, ":") {
+		tags = []string{tag}
 	}
-	for _, t := range tags {
-		if err := s.tmpl.DeleteTag(r.Context(), owner, name, t); err != nil {
-			return err
-		}
-	}
-	left, err := s.tmpl.ListTags(r.Context(), owner, name)
-	if err != nil {
-		return fmt.Errorf("listing tags of %s: %w", name, err)
-	}
-	if len(left) == 0 {
-		if err := s.builder.DeleteBuilds(r.Context(), owner, name); err != nil {
-			return fmt.Errorf("deleting the builds of %s: %w", name, err)
-		}
+	if err := s.builder.DeleteTags(r.Context(), owner, name, tags...); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
@@ -274,7 +189,7 @@ func (s *Server) untagTemplate(w http.ResponseWriter, r *http.Request) error {
 	if _, _, err := template.ParseRef(name + ":" + tag); err != nil {
 		return err
 	}
-	owner, err := s.templateOwner(r.Context(), r, name)
+	owner, err := s.catalog.OwnerOf(r.Context(), tmplCaller(r), name)
 	if err != nil {
 		return err
 	}
@@ -301,7 +216,7 @@ func (s *Server) setTemplatePublic(w http.ResponseWriter, r *http.Request) error
 	if req.Public == nil {
 		return invalid("public: required (true or false)")
 	}
-	owner, err := s.templateOwner(r.Context(), r, name)
+	owner, err := s.catalog.OwnerOf(r.Context(), tmplCaller(r), name)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
@@ -30,7 +29,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := checkResources(req.Spec, s.cfg.Limits); err != nil {
+	if err := builder.CheckResources(req.Spec, s.cfg.Limits); err != nil {
 		return err
 	}
 	k := caller(r)
@@ -40,29 +39,11 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	// A rebuild keeps a public template public (PATCH makes it private).
-	public := req.Public
-	if tags, err := s.tmpl.ListTags(r.Context(), k.ID, name); err == nil && len(tags) > 0 && tags[0].Public {
-		public = true
-	}
-	rec, err := s.builder.Start(r.Context(), k.ID, name+":"+tag, req.Spec, public)
+	rec, err := s.builder.Start(r.Context(), k.ID, name+":"+tag, req.Spec, req.Public)
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusAccepted, s.buildToAPI(r.Context(), rec, tag))
-}
-
-// checkResources checks a recipe's resources against the server's limits
-// (0: the server's default).
-func checkResources(spec api.TemplateSpec, l config.Limits) error {
-	switch {
-	case spec.CPUs < 0 || float64(spec.CPUs) > l.MaxCPUs:
-		return invalid("cpus %d: want 0 (the server's default) to %v", spec.CPUs, l.MaxCPUs)
-	case spec.MemoryMB != 0 && (spec.MemoryMB < 64 || int64(spec.MemoryMB)*config.MiB > l.MaxMemoryBytes):
-		return invalid("memory_mb %d: want 0 (the server's default) or 64 to %d", spec.MemoryMB, l.MaxMemoryBytes/config.MiB)
-	case spec.DiskMB != 0 && (spec.DiskMB < 64 || int64(spec.DiskMB)*config.MiB > l.MaxDiskBytes):
-		return invalid("disk_mb %d: want 0 (the server's default) or 64 to %d", spec.DiskMB, l.MaxDiskBytes/config.MiB)
-	}
-	return nil
 }
 
 // listBuilds lists the caller's builds (an admin: everyone's), newest

@@ -29,6 +29,10 @@ type Warm struct {
 	// health check of what Start started.
 	Start string `json:"start,omitempty"`
 	Ready string `json:"ready,omitempty"`
+	// Cwd is where Start and Ready run ("": the user's home): a custom
+	// template's working directory, where Docker runs a CMD and E2B a
+	// start command.
+	Cwd string `json:"cwd,omitempty"`
 	// TimeoutSeconds bounds the whole warm step; 0 means DefaultWarmTimeout.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
 }

@@ -113,6 +113,10 @@ type Builder struct {
 
 	mu     sync.Mutex
 	active map[string]*build // running builds by id
+
+	// reserveMu serializes the changes of waiting builds' records
+	// (reserve.go).
+	reserveMu sync.Mutex
 }
 
 // build is a running build, as other calls see it.

@@ -13,6 +13,36 @@ import (
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
+// DeleteTags removes owner's tags of template name (every tag when none
+// is given) and then, if the template has no tag left, its builds and
+// their files (DeleteBuilds). A tag that does not exist is ErrNotFound.
+func (b *Builder) DeleteTags(ctx context.Context, owner, name string, tags ...string) error {
+	if len(tags) == 0 {
+		all, err := b.cfg.Records.ListTags(ctx, owner, name)
+		if err != nil {
+			return fmt.Errorf("listing tags of %s: %w", name, err)
+		}
+		for _, t := range all {
+			tags = append(tags, t.Tag)
+		}
+	}
+	for _, t := range tags {
+		if err := b.cfg.Records.DeleteTag(ctx, owner, name, t); err != nil {
+			return err
+		}
+	}
+	left, err := b.cfg.Records.ListTags(ctx, owner, name)
+	if err != nil {
+		return fmt.Errorf("listing tags of %s: %w", name, err)
+	}
+	if len(left) == 0 {
+		if err := b.DeleteBuilds(ctx, owner, name); err != nil {
+			return fmt.Errorf("deleting the builds of %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // DeleteBuilds removes the records of owner's ended builds of template
 // name (its tags must be gone first) and collects their files: the build
 // dirs no sandbox that has not ended uses, then the layers nothing

@@ -23,7 +23,7 @@ import (
 type run struct {
 	b      *Builder
 	rec    template.BuildRecord
-	tag    string
+	tags   []string         // point at the build once it is ready
 	spec   api.TemplateSpec // with the registry credentials
 	public bool
 	log    *buildLog
@@ -183,7 +183,7 @@ func (r *run) cached(key, what string) (bool, error) {
 }
 
 // finalize writes the build's manifest and records it ready, then points
-// the tag at it.
+// the tags at it.
 func (r *run) finalize(ctx context.Context) error {
 	if r.mkWorkdir {
 		r.logf(levelInfo, "[finalize] making the working directory %s", r.workdir)
@@ -195,7 +195,7 @@ func (r *run) finalize(ctx context.Context) error {
 	d.Env = maps.Clone(d.Env)
 	t := template.Template{Name: r.rec.Template, Hash: r.rec.ID, Build: r.rec.ID, Layers: r.dirs, Defaults: d}
 	if r.cfg.StartCmd != "" {
-		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd,
+		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd, Cwd: d.Workdir,
 			TimeoutSeconds: int((r.b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
 	}
 	dir := r.b.buildDir(r.rec.ID)
@@ -217,9 +217,11 @@ func (r *run) finalize(ctx context.Context) error {
 		return fmt.Errorf("recording the build: %w", err)
 	}
 	r.rec = rec
-	tr := template.TagRecord{Owner: rec.Owner, Name: rec.Template, Tag: r.tag, BuildID: rec.ID, Public: r.public, UpdatedAt: rec.FinishedAt}
-	if err := r.b.cfg.Records.PutTag(ctx, tr); err != nil {
-		return fmt.Errorf("tagging the build %s:%s: %w", rec.Template, r.tag, err)
+	for _, tag := range r.tags {
+		tr := template.TagRecord{Owner: rec.Owner, Name: rec.Template, Tag: tag, BuildID: rec.ID, Public: r.public, UpdatedAt: rec.FinishedAt}
+		if err := r.b.cfg.Records.PutTag(ctx, tr); err != nil {
+			return fmt.Errorf("tagging the build %s:%s: %w", rec.Template, tag, err)
+		}
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 // Start validates a recipe, records a build of owner's template ref
 // ("name[:tag]") as building and runs it in the background, bounded by the
 // build timeout and ended by Close. It returns at once. public marks the
-// template usable by every key once the build is ready.
+// template usable by every key once the build is ready (a template that
+// is public stays public).
 func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.TemplateSpec, public bool) (template.BuildRecord, error) {
 	name, tag, err := template.ParseRef(ref)
 	if err != nil {
@@ -25,15 +26,26 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 	if err := validate(&spec); err != nil {
 		return template.BuildRecord{}, err
 	}
-	id := newBuildID()
-	rec := template.BuildRecord{ID: id, Template: name, Owner: owner, Status: template.BuildBuilding,
-		Spec: spec, Step: -1, CreatedAt: time.Now().UTC()}
+	rec := template.BuildRecord{ID: newBuildID(), Template: name, Owner: owner, Step: -1, CreatedAt: time.Now().UTC()}
+	return b.launch(ctx, rec, []string{tag}, spec, public)
+}
+
+// launch records rec (a new build, or a waiting one) as building with
+// spec and runs it in the background; once it is ready, tags point at it.
+// spec has been validated.
+func (b *Builder) launch(ctx context.Context, rec template.BuildRecord, tags []string, spec api.TemplateSpec, public bool) (template.BuildRecord, error) {
+	id, owner := rec.ID, rec.Owner
+	rec.Status, rec.Spec = template.BuildBuilding, spec
 	rec.Spec.From.Registry = nil // credentials are never stored
+	if cur, err := b.cfg.Records.ListTags(ctx, owner, rec.Template); err == nil && len(cur) > 0 && cur[0].Public {
+		public = true
+	}
 	dir := b.buildDir(id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return template.BuildRecord{}, fmt.Errorf("creating build dir: %w", err)
 	}
 	bl := &build{owner: owner, done: make(chan struct{})}
+	var err error
 	if bl.log, err = openLog(dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return template.BuildRecord{}, err
@@ -49,7 +61,7 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 		_ = os.RemoveAll(dir)
 		return template.BuildRecord{}, fmt.Errorf("recording build: %w", err)
 	}
-	r := &run{b: b, rec: rec, tag: tag, spec: spec, public: public, log: bl.log}
+	r := &run{b: b, rec: rec, tags: tags, spec: spec, public: public, log: bl.log}
 	bctx, cancel := context.WithTimeout(b.ctx, b.cfg.BuildTimeout)
 	b.wg.Add(1)
 	go func() {
@@ -69,6 +81,9 @@ func (b *Builder) admit(id string, bl *build) error {
 	defer b.mu.Unlock()
 	if b.ctx.Err() != nil {
 		return fmt.Errorf("the template builder is shutting down: %w", errdefs.ErrUnavailable)
+	}
+	if b.active[id] != nil {
+		return fmt.Errorf("build %s has already started: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	mine := 0
 	for _, o := range b.active {

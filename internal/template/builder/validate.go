@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/template"
 )
@@ -205,4 +206,18 @@ func resolvePath(wd, p string) string {
 		r = "/"
 	}
 	return r
+}
+
+// CheckResources checks a recipe's resources against a server's limits
+// (0: the server's default).
+func CheckResources(spec api.TemplateSpec, l config.Limits) error {
+	switch {
+	case spec.CPUs < 0 || float64(spec.CPUs) > l.MaxCPUs:
+		return invalid(-1, nil, "cpus %d: want 0 (the server's default) to %v", spec.CPUs, l.MaxCPUs)
+	case spec.MemoryMB != 0 && (spec.MemoryMB < 64 || int64(spec.MemoryMB)*config.MiB > l.MaxMemoryBytes):
+		return invalid(-1, nil, "memory_mb %d: want 0 (the server's default) or 64 to %d", spec.MemoryMB, l.MaxMemoryBytes/config.MiB)
+	case spec.DiskMB != 0 && (spec.DiskMB < 64 || int64(spec.DiskMB)*config.MiB > l.MaxDiskBytes):
+		return invalid(-1, nil, "disk_mb %d: want 0 (the server's default) or 64 to %d", spec.DiskMB, l.MaxDiskBytes/config.MiB)
+	}
+	return nil
 }
