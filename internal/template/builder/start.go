@@ -25,6 +25,10 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 	if err := validate(&spec); err != nil {
 		return template.BuildRecord{}, err
 	}
+	if spec.From.Debian != nil && b.cfg.DebianMirror == "" {
+		return template.BuildRecord{}, fmt.Errorf("from.debian: only kiln's built-in templates are bootstrapped from Debian, by a local build "+
+			"(kiln template build); start from a template (e.g. base) or an image: %w", errdefs.ErrInvalidArgument)
+	}
 	id := newBuildID()
 	rec := template.BuildRecord{ID: id, Template: name, Owner: owner, Status: template.BuildBuilding,
 		Spec: spec, Step: -1, CreatedAt: time.Now().UTC()}
