@@ -32,6 +32,7 @@ var structSchemas = map[string]reflect.Type{
 	"TemplateStep":         reflect.TypeFor[api.TemplateStep](),
 	"TemplateBase":         reflect.TypeFor[api.TemplateBase](),
 	"RegistryAuth":         reflect.TypeFor[api.RegistryAuth](),
+	"DebianBase":           reflect.TypeFor[api.DebianBase](),
 	"TemplateSpec":         reflect.TypeFor[api.TemplateSpec](),
 	"Sandbox":              reflect.TypeFor[api.Sandbox](),
 	"CreateSandboxRequest": reflect.TypeFor[api.CreateSandboxRequest](),

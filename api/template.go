@@ -51,14 +51,29 @@ type TemplateStep struct {
 // TemplateBase is what a build starts from: exactly one of Template (a
 // Kiln template, "name" or "name:tag"), Image (an OCI image reference
 // pulled from a registry) or Archive (the FilesHash of an uploaded OCI
-// layout or `docker save` tarball).
+// layout or `docker save` tarball). Debian, a root filesystem bootstrapped
+// on the host, is the base of Kiln's built-in templates: only a local build
+// (kiln template build, as make setup runs it) may use it; a server refuses
+// it.
 type TemplateBase struct {
-	Template string `json:"template,omitempty"`
-	Image    string `json:"image,omitempty"`
-	Archive  string `json:"archive,omitempty"`
+	Template string      `json:"template,omitempty"`
+	Image    string      `json:"image,omitempty"`
+	Archive  string      `json:"archive,omitempty"`
+	Debian   *DebianBase `json:"debian,omitempty"`
 	// Registry holds the credentials Image is pulled with (anonymous
 	// when absent). It is never stored or returned.
 	Registry *RegistryAuth `json:"registry,omitempty"`
+}
+
+// DebianBase is a Debian root filesystem made by debootstrap (Variant,
+// e.g. minbase, of Suite, with Include) and apt-get (Packages, without
+// recommends) from the host's Debian mirror, apt's caches and the
+// packages' docs removed.
+type DebianBase struct {
+	Suite    string   `json:"suite"`
+	Variant  string   `json:"variant"`
+	Include  []string `json:"include,omitempty"`
+	Packages []string `json:"packages,omitempty"`
 }
 
 // RegistryAuth is a username and password (or token) for a registry.

@@ -75,8 +75,8 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 
 	if *core {
 		opts := bench.Options{Runtimes: runtimes, Creates: *creates, Execs: *execs, Idle: *idle, Progress: os.Stderr}
-		if t, err := template.Lookup(cfg.DataDir, "base"); err == nil {
-			opts.Rootfs = t.Rootfs
+		if t, err := template.Lookup(cfg.DataDir, "base"); err == nil && len(t.Layers) > 0 {
+			opts.Rootfs = t.Layers[0] // Debian, without the recipe's steps
 		}
 		res, err := bench.Run(ctx, m, opts)
 		if err != nil {

@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/builder"
+	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
 // kiln template manages a server's templates (build from a Dockerfile,
@@ -69,8 +73,8 @@ type localFlags struct {
 }
 
 // buildLocal builds the built-in templates names (all when empty) into
-// cfg.DataDir, with their warm checkpoints.
-func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags, names []string) error {
+// cfg.DataDir with the template engine, then their warm checkpoints.
+func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags, mode string, names []string) error {
 	recipes := template.Builtin()
 	if len(names) == 0 {
 		for n := range recipes {
@@ -83,11 +87,25 @@ func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags
 			return fmt.Errorf("unknown built-in template %q (to build a Dockerfile on a server: kiln template build -t NAME -f Dockerfile CONTEXT_DIR)", n)
 		}
 	}
+	b, closeBuilder, err := localBuilder(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeBuilder()
 	for _, n := range names {
 		rc := recipes[n]
-		opts := template.BuildOptions{Mirror: cfg.Mirror, Progress: r.stderr, Force: *f.force}
-		if _, err := template.Build(ctx, cfg.DataDir, rc, opts); err != nil {
+		start := time.Now()
+		fmt.Fprintf(r.stderr, "template %s:\n", n)
+		d, closeDisplay := display(r.stderr, mode)
+		t, existed, err := b.BuildBuiltin(ctx, rc, *f.force, d.Add)
+		closeDisplay()
+		if err != nil {
 			return err
+		}
+		if existed {
+			fmt.Fprintf(r.stderr, "template %s: up to date (%s)\n", n, t.Hash)
+		} else {
+			fmt.Fprintf(r.stderr, "template %s: built %s in %s\n", n, t.Hash, time.Since(start).Round(time.Second))
 		}
 		if *f.warm && rc.Warm != nil {
 			if err := buildWarm(ctx, cfg, rc.Name); err != nil {
@@ -96,6 +114,40 @@ func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags
 		}
 	}
 	return nil
+}
+
+// localBuilder is a template engine on this host for the built-ins: its
+// own sandboxes (without networking: the built-ins' RUN steps need none;
+// their packages come with the Debian base), in-memory records and
+// scratch build dirs, the built-ins' layer store, and the Debian mirror.
+func localBuilder(ctx context.Context, cfg config.Config) (*builder.Builder, func(), error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	m, _, st, closeManager, err := privateManager(ctx, cfg, log, "build-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("building templates: %w", err)
+	}
+	layers, err := layer.Open(template.BuiltinLayers(cfg.DataDir))
+	if err != nil {
+		closeManager()
+		return nil, nil, err
+	}
+	mirror := cfg.Mirror
+	if mirror == "" {
+		mirror = "http://deb.debian.org/debian"
+	}
+	b, err := builder.New(ctx, builder.Config{
+		DataDir: filepath.Join(template.BuiltinLayers(cfg.DataDir), "builds"), Records: st, Layers: layers,
+		Catalog: &template.Catalog{DataDir: cfg.DataDir}, Sandboxes: m, Network: sandbox.NetworkNone,
+		DebianMirror: mirror, DebianCache: filepath.Join(template.Dir(cfg.DataDir), ".apt-cache"), Log: log,
+	})
+	if err != nil {
+		closeManager()
+		return nil, nil, err
+	}
+	return b, func() {
+		b.Close()
+		closeManager()
+	}, nil
 }
 
 // listLocal lists the built-in templates built in cfg.DataDir.

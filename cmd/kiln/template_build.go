@@ -108,6 +108,10 @@ func (r *remote) templateBuild(ctx context.Context, cfg config.Config, args []st
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	mode := *f.progress
+	if mode != "auto" && mode != "plain" && mode != "tty" {
+		return c.usageError(fmt.Sprintf("--progress %q: want auto, plain or tty", mode))
+	}
 	if *f.local.local && *f.tag != "" {
 		return c.usageError("--local builds the built-ins here; -t builds NAME on a server: not both")
 	}
@@ -118,16 +122,12 @@ func (r *remote) templateBuild(ctx context.Context, cfg config.Config, args []st
 				return c.usageError(fmt.Sprintf("%s builds on a server: give the template's name with -t NAME[:TAG]", dashes(n)))
 			}
 		}
-		return r.buildLocal(ctx, cfg, f.local, pos)
+		return r.buildLocal(ctx, cfg, f.local, mode, pos)
 	}
 	for _, n := range []string{"force", "warm", "data-dir", "mirror"} {
 		if set[n] {
 			return c.usageError(fmt.Sprintf("%s is for local builds of the built-ins, not with -t", dashes(n)))
 		}
-	}
-	mode := *f.progress
-	if mode != "auto" && mode != "plain" && mode != "tty" {
-		return c.usageError(fmt.Sprintf("--progress %q: want auto, plain or tty", mode))
 	}
 	b, err := r.startBuild(ctx, c, f, pos)
 	if err != nil || b == nil {
@@ -213,22 +213,8 @@ func (r *remote) buildExit(b *api.TemplateBuild) error {
 // and returns its final record. A dropped log stream is resumed where it
 // stopped.
 func (r *remote) follow(ctx context.Context, id, mode string, w io.Writer) (*api.TemplateBuild, error) {
-	d := display(w, mode)
-	defer d.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				d.Tick()
-			}
-		}
-	}()
+	d, closeDisplay := display(w, mode)
+	defer closeDisplay()
 	offset := 0
 	for attempt := 0; ; attempt++ {
 		err := r.c.TemplateBuildLogs(ctx, id, offset, true, func(e api.TemplateLogEntry) error {
@@ -257,12 +243,31 @@ func (r *remote) follow(ctx context.Context, id, mode string, w io.Writer) (*api
 	}
 }
 
-// display is the progress display on w for mode (auto: live on a
-// terminal).
-func display(w io.Writer, mode string) *progress.Display {
+// display is the progress display of a build on w for mode (auto: live on
+// a terminal), redrawn as time goes until closed.
+func display(w io.Writer, mode string) (*progress.Display, func()) {
 	width, tty := progress.Terminal(w)
 	live := mode == "tty" || mode == "auto" && tty && os.Getenv("TERM") != "dumb"
-	return progress.New(w, progress.Options{Live: live, Width: width})
+	d := progress.New(w, progress.Options{Live: live, Width: width})
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				d.Tick()
+			}
+		}
+	}()
+	return d, func() {
+		close(stop)
+		<-done
+		d.Close()
+	}
 }
 
 // dashes is how a flag is written: -f, --file.

@@ -221,10 +221,7 @@ func TestWarmStartAndReady(t *testing.T) {
 	if err := os.MkdirAll(build, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(base.Rootfs, filepath.Join(build, "rootfs")); err != nil {
-		t.Fatal(err)
-	}
-	man, _ := json.Marshal(template.Template{Name: "warmbase", Hash: "h1", Defaults: base.Defaults, Warm: &template.Warm{
+	man, _ := json.Marshal(template.Template{Name: "warmbase", Hash: "h1", Layers: base.Layers, Defaults: base.Defaults, Warm: &template.Warm{
 		Start: "echo started > /tmp/started; exec sleep 1000", Ready: "test -f /tmp/started",
 	}})
 	if err := os.WriteFile(filepath.Join(build, "template.json"), man, 0o644); err != nil {

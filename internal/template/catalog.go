@@ -75,7 +75,7 @@ func (c *Catalog) Build(id string) (*Template, error) {
 	if !buildIDRE.MatchString(id) {
 		return nil, fmt.Errorf("template build %q: %w", errdefs.ClipN(id, 80), errdefs.ErrInvalidArgument)
 	}
-	t, err := readBuild(BuildDir(c.DataDir, id))
+	t, err := ReadBuild(BuildDir(c.DataDir, id))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("template build %s: %w", id, errdefs.ErrNotFound)
 	}

@@ -1,13 +1,12 @@
-// Package template builds and finds sandbox templates: a read-only root
-// filesystem plus the defaults sandboxes made from it start with. Built
-// templates are cached under the data dir by the hash of their recipe, so a
-// template is rebuilt only when its recipe changes, and a rebuild never
-// touches a root filesystem that running sandboxes use.
+// Package template finds sandbox templates: a read-only root filesystem (a
+// stack of layers) plus the defaults sandboxes made from it start with. It
+// holds the built-in templates' recipes, which the template engine
+// (internal/template/builder) builds like any custom template; their
+// builds are kept under the data dir by the hash of what they contain, so
+// a rebuild never touches a root filesystem that running sandboxes use.
 package template
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,26 +18,22 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
-// Recipe says how to build a template's root filesystem.
+// Recipe is a built-in template: a build recipe for the template engine
+// (internal/template/builder), which builds it on the host (kiln template
+// build, as make setup runs it) like any custom template, and its warm
+// step.
 type Recipe struct {
-	Name     string   `json:"name"`
-	Suite    string   `json:"suite"`   // Debian release, e.g. bookworm
-	Variant  string   `json:"variant"` // debootstrap variant, e.g. minbase
-	Include  []string `json:"include"` // packages debootstrap installs
-	Packages []string `json:"packages,omitempty"`
-	// Steps are shell commands run in the new root (chroot) after the
-	// packages are installed.
-	Steps    []string `json:"steps,omitempty"`
-	Defaults Defaults `json:"defaults"`
+	Name string
+	Spec api.TemplateSpec
 	// Warm, if set, makes this a warm template: after the root filesystem
 	// is built, a sandbox is booted from it, the warm step run, and its
 	// checkpoint stored, so sandboxes are restored from it instead of
-	// booted (see warm.go). It is not part of Hash: changing it never
-	// rebuilds the root filesystem.
-	Warm *Warm `json:"warm,omitempty"`
+	// booted (see warm.go). Changing it never rebuilds the root filesystem.
+	Warm *Warm
 }
 
 // Defaults are what a sandbox made from the template starts with unless
@@ -56,36 +51,17 @@ type Defaults struct {
 	Network string `json:"network,omitempty"`
 }
 
-// builderVersion changes when the build procedure itself changes in a way
-// that must invalidate every cached template.
-const builderVersion = 1
-
-// Hash identifies the recipe's output.
-func (r *Recipe) Hash() string {
-	rootfs := *r
-	rootfs.Warm = nil
-	b, _ := json.Marshal(struct {
-		V int
-		R *Recipe
-	}{builderVersion, &rootfs})
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
-}
-
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // ValidName reports whether s can name a template.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
-// userSteps create the unprivileged user every template has: uid 1000,
+// userSetup makes the unprivileged user every template has: uid 1000,
 // home /home/user, passwordless sudo (as E2B's images give it), and the
 // mount point for the agent.
-var userSteps = []string{
-	"id -u user >/dev/null 2>&1 || useradd --create-home --uid 1000 --user-group --shell /bin/bash user",
-	"mkdir -p /.kiln /home/user && chown user:user /home/user && chmod 1777 /tmp",
-	"echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/kiln-user && chmod 0440 /etc/sudoers.d/kiln-user && visudo -c -q",
-	"rm -rf /var/cache/apt/archives/*.deb /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/*",
-}
+const userSetup = "useradd --create-home --uid 1000 --user-group --shell /bin/bash user" +
+	" && mkdir -p /.kiln && chmod 1777 /tmp" +
+	" && echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' >/etc/sudoers.d/kiln-user && chmod 0440 /etc/sudoers.d/kiln-user && visudo -c -q"
 
 // basePackages are what E2B's images carry and user code assumes (issue
 // 17 item 9): every template has them. python-is-python3 makes `python`
@@ -95,34 +71,46 @@ var basePackages = []string{
 	"procps", "iproute2", "ca-certificates",
 }
 
-// Base is the recipe of the default template.
+func run(script string) api.TemplateStep {
+	return api.TemplateStep{Type: api.StepRun, Args: []string{script}}
+}
+
+func env(kv ...string) api.TemplateStep { return api.TemplateStep{Type: api.StepEnv, Args: kv} }
+
+// asUser ends a built-in's recipe: its sandboxes run as user in its home.
+var asUser = []api.TemplateStep{
+	{Type: api.StepWorkdir, Args: []string{"/home/user"}},
+	{Type: api.StepUser, Args: []string{"user"}},
+}
+
+// Base is the recipe of the default template: minimal Debian with the
+// base packages and the user.
 func Base() *Recipe {
 	return &Recipe{
-		Name:     "base",
-		Suite:    "bookworm",
-		Variant:  "minbase",
-		Include:  []string{"bash", "coreutils", "python3", "ca-certificates", "git", "procps"},
-		Packages: basePackages,
-		Steps:    userSteps,
-		Defaults: Defaults{
-			User:    "user",
-			Workdir: "/home/user",
-			Env:     map[string]string{"LANG": "C.UTF-8"},
+		Name: "base",
+		Spec: api.TemplateSpec{
+			From: api.TemplateBase{Debian: &api.DebianBase{
+				Suite: "bookworm", Variant: "minbase",
+				Include:  []string{"bash", "coreutils", "python3", "ca-certificates", "git", "procps"},
+				Packages: basePackages,
+			}},
+			Steps: append([]api.TemplateStep{run(userSetup), env("LANG", "C.UTF-8")}, asUser...),
 		},
 	}
 }
 
 // CodeInterpreter is the recipe of the code-interpreter template: the base
-// template plus Jupyter kernels for Python (with the usual data-science
-// libraries) and R, Node.js with TypeScript, and toolchains for Go, Rust, C, C++ and Java.
-// Every package comes from Debian, so the build needs only the Debian
-// mirror. Matplotlib draws to the inline backend, so figures come back as
-// image/png results.
+// template's packages plus Jupyter kernels for Python (with the usual
+// data-science libraries) and R, Node.js with TypeScript, and toolchains
+// for Go, Rust, C, C++ and Java. Every package comes from Debian, so the
+// build needs only the Debian mirror. Matplotlib draws to the inline
+// backend, so figures come back as image/png results.
 func CodeInterpreter() *Recipe {
 	const mplConfig = "/home/user/.config/matplotlib"
 	r := Base()
 	r.Name = "code-interpreter"
-	r.Packages = append(slices.Clone(basePackages),
+	d := *r.Spec.From.Debian
+	d.Packages = append(slices.Clone(basePackages),
 		// Python kernel and libraries.
 		"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
 		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
@@ -136,21 +124,15 @@ func CodeInterpreter() *Recipe {
 		// they must be named.
 		"gcc", "g++", "make", "libc6-dev",
 	)
-	r.Steps = append(append([]string(nil), userSteps[:len(userSteps)-1]...),
+	r.Spec.From.Debian = &d
+	r.Spec.Steps = append([]api.TemplateStep{
+		run(userSetup),
+		env("LANG", "C.UTF-8", "MPLBACKEND", "module://matplotlib_inline.backend_inline", "MPLCONFIGDIR", mplConfig),
 		// Build matplotlib's font cache once, as the user, so the first
 		// plot in a sandbox does not pay for it.
-		"mkdir -p "+mplConfig+" && chown -R user:user /home/user/.config",
-		"runuser -u user -- env HOME=/home/user MPLCONFIGDIR="+mplConfig+
-			" MPLBACKEND=module://matplotlib_inline.backend_inline python3 -c 'import matplotlib.pyplot'",
-		userSteps[len(userSteps)-1], // clean apt caches and docs last
-	)
-	r.Defaults.Env = map[string]string{
-		"LANG":         "C.UTF-8",
-		"MPLBACKEND":   "module://matplotlib_inline.backend_inline",
-		"MPLCONFIGDIR": mplConfig,
-	}
-	r.Defaults.MemoryBytes = 1 << 30
-	r.Defaults.DiskBytes = 4 << 30
+		{Type: api.StepRun, Args: []string{"mkdir -p " + mplConfig + " && python3 -c 'import matplotlib.pyplot'", "user"}},
+	}, asUser...)
+	r.Spec.MemoryMB, r.Spec.DiskMB = 1024, 4096
 	// Sandboxes start with the Python kernel up and the data stack
 	// imported (into sys.modules, not the user's namespace).
 	r.Warm = &Warm{
@@ -214,10 +196,11 @@ func Lookup(dataDir, name string) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolving template %q: %w", name, err)
 	}
-	return readBuild(dir)
+	return ReadBuild(dir)
 }
 
-func readBuild(dir string) (*Template, error) {
+// ReadBuild reads the manifest of the build in dir.
+func ReadBuild(dir string) (*Template, error) {
 	b, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if err != nil {
 		return nil, fmt.Errorf("reading template manifest: %w", err)
@@ -232,6 +215,22 @@ func readBuild(dir string) (*Template, error) {
 		t.Rootfs = Lower(t.Layers)
 	}
 	return &t, nil
+}
+
+// File is the host path of the file at p (absolute, in the template's
+// root filesystem) in the topmost layer that has it ("" if none does),
+// to read it without mounting the stack.
+func (t *Template) File(p string) string {
+	if len(t.Layers) == 0 {
+		return filepath.Join(t.Rootfs, p)
+	}
+	for i := len(t.Layers) - 1; i >= 0; i-- {
+		f := filepath.Join(t.Layers[i], p)
+		if _, err := os.Lstat(f); err == nil {
+			return f
+		}
+	}
+	return ""
 }
 
 // Lower is the overlay lowerdir option of a stack of layer dirs given

@@ -1,8 +1,6 @@
 package template
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,19 +9,22 @@ import (
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
-func TestRecipeHash(t *testing.T) {
-	a, b := Base(), Base()
-	if a.Hash() != b.Hash() {
-		t.Fatal("the same recipe hashes differently")
+func TestBuiltinHash(t *testing.T) {
+	d := Defaults{User: "user", Workdir: "/home/user", Env: map[string]string{"LANG": "C.UTF-8"}}
+	a := BuiltinHash([]string{"k1", "k2"}, d)
+	if a != BuiltinHash([]string{"k1", "k2"}, d) || !hashRE.MatchString(a) {
+		t.Fatalf("hash %q: not stable or malformed", a)
 	}
-	b.Include = append(b.Include, "curl")
-	if a.Hash() == b.Hash() {
-		t.Fatal("a changed recipe kept its hash: the template would not be rebuilt")
-	}
-	c := Base()
-	c.Defaults.Env["X"] = "y"
-	if a.Hash() == c.Hash() {
-		t.Fatal("changed defaults kept the hash")
+	d2 := d
+	d2.Env = map[string]string{"LANG": "C"}
+	for name, h := range map[string]string{
+		"a changed layer": BuiltinHash([]string{"k1", "k3"}, d),
+		"another layer":   BuiltinHash([]string{"k1", "k2", "k3"}, d),
+		"changed env":     BuiltinHash([]string{"k1", "k2"}, d2),
+	} {
+		if h == a {
+			t.Errorf("%s kept the hash: sandboxes would get the old build", name)
+		}
 	}
 }
 
@@ -38,39 +39,52 @@ func TestValidName(t *testing.T) {
 	}
 }
 
-// fakeBuild lays out a finished build of r under dataDir as Build would.
-func fakeBuild(t *testing.T, dataDir string, r *Recipe) {
+// fakeBuild publishes a build of r under dataDir as a local build would,
+// its one layer a dir with bin/ in it.
+func fakeBuild(t *testing.T, dataDir string, r *Recipe) *Template {
 	t.Helper()
-	dir := filepath.Join(Dir(dataDir), r.Name, r.Hash())
-	if err := os.MkdirAll(filepath.Join(dir, "rootfs", "bin"), 0o755); err != nil {
+	l := filepath.Join(dataDir, "layer-"+r.Name)
+	if err := os.MkdirAll(filepath.Join(l, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(Template{Name: r.Name, Hash: r.Hash(), Defaults: r.Defaults})
-	if err := os.WriteFile(filepath.Join(dir, manifestName), b, 0o644); err != nil {
+	d := Defaults{User: "user", Workdir: "/home/user"}
+	tmpl := &Template{Name: r.Name, Hash: BuiltinHash([]string{"k-" + r.Name}, d), Layers: []string{l}, Defaults: d}
+	if _, err := PublishBuiltin(dataDir, tmpl); err != nil {
 		t.Fatal(err)
 	}
+	return tmpl
 }
 
-func TestCachedBuildIsReused(t *testing.T) {
+func TestPublishBuiltin(t *testing.T) {
 	dataDir := t.TempDir()
 	r := Base()
-	fakeBuild(t, dataDir, r)
-	// A cached build must not run debootstrap: with an unreachable mirror
-	// and no root, a real build would fail.
-	tmpl, err := Build(context.Background(), dataDir, r, BuildOptions{Mirror: "http://127.0.0.1:1/none"})
-	if err != nil {
-		t.Fatalf("Build of a cached recipe: %v", err)
-	}
-	if tmpl.Hash != r.Hash() {
-		t.Errorf("hash %s, want %s", tmpl.Hash, r.Hash())
-	}
+	want := fakeBuild(t, dataDir, r)
 	got, err := Lookup(dataDir, "base")
-	if err != nil || got.Rootfs != filepath.Join(Dir(dataDir), "base", r.Hash(), "rootfs") || got.Defaults.User != "user" {
-		t.Fatalf("Lookup after Build: %+v, %v", got, err)
+	if err != nil || got.Rootfs != want.Layers[0] || got.Hash != want.Hash || got.Defaults.User != "user" || got.Build != "" {
+		t.Fatalf("Lookup after PublishBuiltin: %+v, %v", got, err)
+	}
+	// The same build again: found, its manifest kept.
+	if existed, err := PublishBuiltin(dataDir, want); err != nil || !existed {
+		t.Fatalf("publishing the same build again: existed=%v, %v", existed, err)
+	}
+	// A new build becomes current; the old one stays for its sandboxes.
+	next := *want
+	next.Hash, next.Layers = BuiltinHash([]string{"k-new"}, want.Defaults), []string{t.TempDir(), want.Layers[0]}
+	if existed, err := PublishBuiltin(dataDir, &next); err != nil || existed {
+		t.Fatalf("publishing a new build: existed=%v, %v", existed, err)
+	}
+	if got, err := Lookup(dataDir, "base"); err != nil || got.Hash != next.Hash || got.Rootfs != Lower(next.Layers) {
+		t.Fatalf("Lookup after a new build: %+v, %v", got, err)
+	}
+	if _, err := ReadBuild(filepath.Join(Dir(dataDir), "base", want.Hash)); err != nil {
+		t.Errorf("the replaced build is gone: %v", err)
 	}
 	ts, err := List(dataDir)
 	if err != nil || len(ts) != 1 || ts[0].Name != "base" {
 		t.Errorf("List = %+v, %v", ts, err)
+	}
+	if _, err := PublishBuiltin(dataDir, &Template{Name: "base", Hash: "../x"}); err == nil {
+		t.Error("a malformed hash was published")
 	}
 }
 

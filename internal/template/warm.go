@@ -185,6 +185,60 @@ func (t *Template) PublishCheckpoint(work string, c *Checkpoint) (*Checkpoint, e
 	return &out, nil
 }
 
+// AdoptCheckpoints gives t the warm checkpoints of from, a build of the
+// same layers, defaults and warm step (a rebuild that changed nothing):
+// each complete one is hard-linked into t's warm dir (checkpoints are only
+// read: a restore copies the disk image) and published. It returns how
+// many t got; one it cannot link is skipped, for t's own warm build.
+func (t *Template) AdoptCheckpoints(from *Template) int {
+	ents, err := os.ReadDir(filepath.Join(from.Dir, warmDirName))
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		c, err := from.Checkpoint(e.Name())
+		if err != nil || !e.IsDir() {
+			continue
+		}
+		work, err := t.NewCheckpointDir()
+		if err != nil {
+			return n
+		}
+		if err := linkTree(c.Dir, work); err != nil {
+			_ = os.RemoveAll(work)
+			continue
+		}
+		if _, err := t.PublishCheckpoint(work, c); err == nil {
+			n++
+		} else {
+			_ = os.RemoveAll(work)
+		}
+	}
+	return n
+}
+
+// linkTree hard-links the files of src into dst (an existing dir),
+// making its directories; the manifest is left for PublishCheckpoint.
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil || rel == "." || rel == warmManifestName {
+			return err
+		}
+		if d.IsDir() {
+			return os.Mkdir(filepath.Join(dst, rel), 0o700)
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("%s: not a regular file", p)
+		}
+		return os.Link(p, filepath.Join(dst, rel))
+	})
+}
+
 // pruneCheckpoints removes all but the newest checkpoints (keeping keep),
 // and builds a crash left behind.
 func (t *Template) pruneCheckpoints(keep string) {

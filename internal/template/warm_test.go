@@ -10,12 +10,9 @@ import (
 	"time"
 )
 
-func TestWarmIsNotInTheRootfsHash(t *testing.T) {
+func TestWarmKey(t *testing.T) {
 	a, b := CodeInterpreter(), CodeInterpreter()
 	b.Warm = &Warm{Language: "python", Code: "import json"}
-	if a.Hash() != b.Hash() {
-		t.Error("changing the warm step changed the rootfs hash: the root filesystem would be rebuilt")
-	}
 	if a.Warm.Key("runsc 1", "agent a") == b.Warm.Key("runsc 1", "agent a") {
 		t.Error("changing the warm step kept its key")
 	}
@@ -26,21 +23,21 @@ func TestWarmIsNotInTheRootfsHash(t *testing.T) {
 	}
 }
 
-// A cached build learns a new warm step without being rebuilt.
-func TestCachedBuildRecordsWarm(t *testing.T) {
+// A published build learns a new warm step without being rebuilt.
+func TestPublishedBuildRecordsWarm(t *testing.T) {
 	dataDir := t.TempDir()
 	r := CodeInterpreter()
-	fakeBuild(t, dataDir, r) // manifest without a warm step, as built before warm templates
-	tmpl, err := Build(context.Background(), dataDir, r, BuildOptions{Mirror: "http://127.0.0.1:1/none"})
-	if err != nil {
-		t.Fatal(err)
+	tmpl := fakeBuild(t, dataDir, r) // manifest without a warm step
+	tmpl.Warm = r.Warm
+	if existed, err := PublishBuiltin(dataDir, tmpl); err != nil || !existed {
+		t.Fatalf("publishing with a warm step: existed=%v, %v", existed, err)
 	}
 	got, err := Lookup(dataDir, r.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Warm == nil || *got.Warm != *r.Warm || got.Dir != tmpl.Dir {
-		t.Fatalf("manifest after Build: warm %+v dir %s, want %+v in %s", got.Warm, got.Dir, r.Warm, tmpl.Dir)
+	if got.Warm == nil || *got.Warm != *r.Warm || got.Hash != tmpl.Hash {
+		t.Fatalf("manifest after publishing: warm %+v hash %s, want %+v %s", got.Warm, got.Hash, r.Warm, tmpl.Hash)
 	}
 }
 
@@ -48,9 +45,6 @@ func TestPublishCheckpoint(t *testing.T) {
 	dataDir := t.TempDir()
 	r := CodeInterpreter()
 	fakeBuild(t, dataDir, r)
-	if err := setCurrent(filepath.Join(Dir(dataDir), r.Name), r.Hash()); err != nil {
-		t.Fatal(err)
-	}
 	tmpl, err := Lookup(dataDir, r.Name)
 	if err != nil {
 		t.Fatal(err)
@@ -101,9 +95,6 @@ func TestLockWarm(t *testing.T) {
 	dataDir := t.TempDir()
 	r := CodeInterpreter()
 	fakeBuild(t, dataDir, r)
-	if err := setCurrent(filepath.Join(Dir(dataDir), r.Name), r.Hash()); err != nil {
-		t.Fatal(err)
-	}
 	tmpl, err := Lookup(dataDir, r.Name)
 	if err != nil {
 		t.Fatal(err)

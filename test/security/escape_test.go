@@ -284,7 +284,7 @@ func TestTemplateTamper(t *testing.T) {
 		files := []string{"/etc/debian_version", "/etc/issue", "/usr/bin/true"}
 		orig := map[string][]byte{}
 		for _, f := range files {
-			orig[f], _ = os.ReadFile(filepath.Join(tmpl.Rootfs, f))
+			orig[f], _ = os.ReadFile(tmpl.File(f))
 		}
 		r := attacker.RootSh("ln /etc/debian_version /tmp/dv && echo tampered >> /tmp/dv; echo tampered > /etc/issue; " +
 			"printf '#!/bin/sh\\nexit 7\\n' > /usr/bin/true; echo done")
@@ -295,7 +295,7 @@ func TestTemplateTamper(t *testing.T) {
 			t.Errorf("the attacker's own /usr/bin/true was not replaced: %q", r.Stdout)
 		}
 		for _, f := range files {
-			if now, _ := os.ReadFile(filepath.Join(tmpl.Rootfs, f)); !bytes.Equal(now, orig[f]) {
+			if now, _ := os.ReadFile(tmpl.File(f)); orig[f] == nil || !bytes.Equal(now, orig[f]) {
 				t.Errorf("template file %s changed on the host", f)
 			}
 		}

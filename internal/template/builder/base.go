@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
@@ -16,9 +17,11 @@ import (
 	"github.com/kiln-sh/kiln/internal/template/image"
 )
 
-// builtinPrefix starts the key of a built-in template's root filesystem
-// used as the bottom layer: "builtin:<name>:<hash>". It is not in the
-// layer store; the built-in's build dir holds it.
+// builtinPrefix starts the keys of a built-in template's layers in a
+// recipe built on it: "builtin:<name>:<hash>:<i>", its layer i, bottom
+// first (or "builtin:<name>:<hash>", the one rootfs dir of a built-in made
+// before the built-ins were layered). They are not in the server's layer
+// store: the built-in's manifest names their dirs.
 const builtinPrefix = "builtin:"
 
 // base puts the recipe's base on the stack: a template's layers and
@@ -30,6 +33,9 @@ func (r *run) base(ctx context.Context) error {
 		r.logf(levelInfo, "[base] FROM template %s", f.Template)
 		return r.fromTemplate(ctx, f.Template)
 	}
+	if f.Debian != nil {
+		return r.fromDebian(ctx)
+	}
 	return r.fromImage(ctx)
 }
 
@@ -38,8 +44,13 @@ func (r *run) fromTemplate(ctx context.Context, ref string) error {
 	if err != nil {
 		return fmt.Errorf("template %s: %w", ref, err)
 	}
-	if t.Build == "" { // a built-in: its rootfs is one layer
-		r.push(nil, builtinPrefix+t.Name+":"+t.Hash, t.Rootfs)
+	if t.Build == "" { // a built-in
+		if len(t.Layers) == 0 {
+			r.push(nil, builtinPrefix+t.Name+":"+t.Hash, t.Rootfs)
+		}
+		for i, dir := range t.Layers {
+			r.push(nil, fmt.Sprintf("%s%s:%s:%d", builtinPrefix, t.Name, t.Hash, i), dir)
+		}
 		r.setBase(template.Config{Defaults: t.Defaults})
 		return nil
 	}
@@ -69,15 +80,32 @@ func (r *run) fromTemplate(ctx context.Context, ref string) error {
 	return nil
 }
 
-// builtinDir is the rootfs of a built-in template's build "<name>:<hash>".
-func (r *run) builtinDir(nameHash string) (string, error) {
-	name, hash, _ := strings.Cut(nameHash, ":")
-	if !template.ValidName(name) || !hexRE.MatchString(hash) {
-		return "", fmt.Errorf("malformed built-in layer %q: %w", errdefs.ClipN(nameHash, 80), errdefs.ErrInvalidArgument)
+// builtinDir is the dir of a built-in template's layer "<name>:<hash>:<i>"
+// (or the rootfs of an unlayered built-in "<name>:<hash>").
+func (r *run) builtinDir(key string) (string, error) {
+	parts := strings.Split(key, ":")
+	malformed := fmt.Errorf("malformed built-in layer %q: %w", errdefs.ClipN(key, 80), errdefs.ErrInvalidArgument)
+	if len(parts) < 2 || len(parts) > 3 || !template.ValidName(parts[0]) || !hexRE.MatchString(parts[1]) {
+		return "", malformed
 	}
-	dir := filepath.Join(template.Dir(r.b.cfg.DataDir), name, hash, "rootfs")
+	name, hash := parts[0], parts[1]
+	gone := fmt.Errorf("the build %s of built-in template %s is gone (rebuild on the current one): %w", hash, name, errdefs.ErrFailedPrecondition)
+	dir := filepath.Join(template.Dir(r.b.cfg.Catalog.DataDir), name, hash)
+	if len(parts) == 2 {
+		dir = filepath.Join(dir, "rootfs")
+	} else {
+		i, err := strconv.Atoi(parts[2])
+		if err != nil || i < 0 {
+			return "", malformed
+		}
+		t, err := template.ReadBuild(dir)
+		if err != nil || i >= len(t.Layers) {
+			return "", gone
+		}
+		dir = t.Layers[i]
+	}
 	if _, err := os.Stat(dir); err != nil {
-		return "", fmt.Errorf("the build %s of built-in template %s is gone (rebuild on the current one): %w", hash, name, errdefs.ErrFailedPrecondition)
+		return "", gone
 	}
 	return dir, nil
 }

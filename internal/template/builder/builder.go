@@ -90,7 +90,15 @@ type Config struct {
 	// Registries says which addresses image pulls may connect to (nil:
 	// any; kiln serve uses image.ServerGuard).
 	Registries image.Guard
-	Log        *slog.Logger
+	// DebianMirror, if set, lets recipes start from a Debian base
+	// bootstrapped on the host from this mirror: the built-in templates'
+	// local builds (BuildBuiltin). A server leaves it empty and refuses
+	// such recipes: debootstrap and apt run as root on the host.
+	DebianMirror string
+	// DebianCache, if set, is a host dir that keeps the packages Debian
+	// bases download, for the next one.
+	DebianCache string
+	Log         *slog.Logger
 }
 
 // Observer is told what builds do.
@@ -206,6 +214,9 @@ func (b *Builder) GC(ctx context.Context) error {
 		}
 	}
 	if err := b.keepPinned(ctx, keep); err != nil {
+		return err
+	}
+	if err := b.keepBuiltins(keep); err != nil {
 		return err
 	}
 	res, err := b.cfg.Layers.GC(ctx, func(k string) bool { return keep[k] })

@@ -1,12 +1,15 @@
 package builder
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -207,7 +210,7 @@ func (r *run) finalize(ctx context.Context) error {
 		if err != nil {
 			return r.hide("reading the template manifest", err)
 		}
-		if err := r.warm(ctx, built); err != nil {
+		if err := r.warm(ctx, built, r.adoptWarm(ctx, built)); err != nil {
 			return err
 		}
 	}
@@ -230,12 +233,16 @@ func (r *run) finalize(ctx context.Context) error {
 // command, the ready command is retried until it succeeds, and the running
 // sandbox is checkpointed (runsc); sandboxes of the template are then
 // restored from it, the started process already running.
-func (r *run) warm(ctx context.Context, t *template.Template) error {
+// adopted says t has an earlier build's snapshot, which is used if it
+// suits this server's runtime and agent.
+func (r *run) warm(ctx context.Context, t *template.Template, adopted bool) error {
 	if r.b.cfg.Images == nil || !r.b.cfg.Images.CanWarm() {
 		r.logf(levelWarn, "[finalize] no warm snapshot: this server cannot checkpoint sandboxes")
 		return nil
 	}
-	r.logf(levelInfo, "[finalize] start %s; ready when %s", errdefs.ClipN(t.Warm.Start, 200), errdefs.ClipN(t.Warm.Ready, 200))
+	if !adopted {
+		r.logf(levelInfo, "[finalize] start %s; ready when %s", errdefs.ClipN(t.Warm.Start, 200), errdefs.ClipN(t.Warm.Ready, 200))
+	}
 	t0 := time.Now()
 	if _, err := r.b.cfg.Images.BuildWarmTemplate(ctx, t); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
@@ -246,6 +253,32 @@ func (r *run) warm(ctx context.Context, t *template.Template) error {
 	}
 	r.logf(levelInfo, "[finalize] warm snapshot taken in %s", since(t0))
 	return nil
+}
+
+// adoptWarm gives t the warm snapshot of an earlier ready build of the
+// same template with the same layers and config (a rebuild that changed
+// nothing), so that warm finds it instead of starting the template again.
+func (r *run) adoptWarm(ctx context.Context, t *template.Template) bool {
+	recs, err := r.b.cfg.Records.ListBuilds(ctx, r.rec.Owner, r.rec.Template, 20)
+	if err != nil {
+		return false
+	}
+	cfg, _ := json.Marshal(r.cfg)
+	for _, p := range recs {
+		pcfg, _ := json.Marshal(p.Config)
+		if p.ID == r.rec.ID || p.Status != template.BuildReady || !slices.Equal(p.Layers, r.keys) || !bytes.Equal(pcfg, cfg) {
+			continue
+		}
+		prev, err := r.b.cfg.Catalog.Build(p.ID)
+		if err != nil || !reflect.DeepEqual(prev.Warm, t.Warm) {
+			continue
+		}
+		if n := t.AdoptCheckpoints(prev); n > 0 {
+			r.logf(levelInfo, "[finalize] reusing the warm snapshot of build %s (the same layers and start)", p.ID)
+			return true
+		}
+	}
+	return false
 }
 
 // fail records the build failed, with a reason naming the step and the

@@ -34,6 +34,10 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 // spec and runs it in the background; once it is ready, tags point at it.
 // spec has been validated.
 func (b *Builder) launch(ctx context.Context, rec template.BuildRecord, tags []string, spec api.TemplateSpec, public bool) (template.BuildRecord, error) {
+	if spec.From.Debian != nil && b.cfg.DebianMirror == "" {
+		return template.BuildRecord{}, fmt.Errorf("from.debian: only kiln's built-in templates are bootstrapped from Debian, by a local build "+
+			"(kiln template build); start from a template (e.g. base) or an image: %w", errdefs.ErrInvalidArgument)
+	}
 	id, owner := rec.ID, rec.Owner
 	rec.Status, rec.Spec = template.BuildBuilding, spec
 	rec.Spec.From.Registry = nil // credentials are never stored

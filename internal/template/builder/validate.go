@@ -24,7 +24,20 @@ var (
 	filesHashRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	envNameRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	octalRE     = regexp.MustCompile(`^[0-7]{1,4}$`)
+	// debianNameRE is a Debian suite, debootstrap variant or package name.
+	debianNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.+-]{0,63}$`)
 )
+
+// validDebian checks a Debian base's names: they go on debootstrap's and
+// apt-get's command lines.
+func validDebian(d *api.DebianBase) error {
+	for _, s := range append([]string{d.Suite, d.Variant}, append(d.Include, d.Packages...)...) {
+		if !debianNameRE.MatchString(s) {
+			return invalid(-1, nil, "from.debian: %q is not a Debian suite, variant or package name", errdefs.ClipN(s, 80))
+		}
+	}
+	return nil
+}
 
 // invalid is an ErrInvalidArgument about step i (-1: the recipe).
 func invalid(i int, st *api.TemplateStep, format string, a ...any) error {
@@ -53,10 +66,17 @@ func validate(spec *api.TemplateSpec) error {
 			n++
 		}
 	}
+	if f.Debian != nil {
+		n++
+	}
 	if n != 1 {
 		return invalid(-1, nil, "from: want exactly one of template, image or archive")
 	}
 	switch {
+	case f.Debian != nil:
+		if err := validDebian(f.Debian); err != nil {
+			return err
+		}
 	case f.Template != "":
 		if _, _, err := template.ParseRef(f.Template); err != nil {
 			return err

@@ -32,12 +32,30 @@ func TestBuildWarmWebServer(t *testing.T) {
 	if rec.Status != template.BuildReady || find(log, "[finalize] warm snapshot taken") == "" {
 		t.Fatalf("build: %s %q%s", rec.Status, rec.Reason, lines(log))
 	}
-	box := sandboxtest.Create(t, e.m, sandbox.CreateOptions{Template: "site", Owner: "web", Runtime: "runsc"})
-	r := box.Exec(wire.ExecParams{Args: []string{"bash", "-c",
-		`exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /index.html HTTP/1.0\r\n\r\n' >&3 && cat <&3 | sed -n '1p;$p'`}})
-	if !strings.HasPrefix(r.Stdout, "HTTP/1.0 200") || !strings.HasSuffix(r.Stdout, "warm-page\n") {
-		t.Errorf("the template's web server: %q (stderr %q)", r.Stdout, r.Stderr)
+	get := func(build string) {
+		t.Helper()
+		box := sandboxtest.Create(t, e.m, sandbox.CreateOptions{Template: "site", Owner: "web", Runtime: "runsc"})
+		if box.SB.Build != build {
+			t.Errorf("sandbox of build %s, want %s", box.SB.Build, build)
+		}
+		r := box.Exec(wire.ExecParams{Args: []string{"bash", "-c",
+			`exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /index.html HTTP/1.0\r\n\r\n' >&3 && cat <&3 | sed -n '1p;$p'`}})
+		if !strings.HasPrefix(r.Stdout, "HTTP/1.0 200") || !strings.HasSuffix(r.Stdout, "warm-page\n") {
+			t.Errorf("the template's web server: %q (stderr %q)", r.Stdout, r.Stderr)
+		}
 	}
+	get(rec.ID)
+
+	// A rebuild that changes nothing reuses the snapshot: the template is
+	// not started again, and its sandboxes are restored from it all the same.
+	again, log := e.build("web", "site", spec)
+	if again.Status != template.BuildReady || find(log, "[finalize] reusing the warm snapshot of build "+rec.ID) == "" ||
+		find(log, "[finalize] start ") != "" {
+		t.Fatalf("rebuild: %s %q: want the snapshot of %s reused%s", again.Status, again.Reason, rec.ID, lines(log))
+	}
+	t.Logf("first build %s, unchanged rebuild %s", rec.FinishedAt.Sub(rec.CreatedAt).Round(time.Millisecond),
+		again.FinishedAt.Sub(again.CreatedAt).Round(time.Millisecond))
+	get(again.ID)
 
 	spec.ReadyCmd = "false"
 	bad, log := e.build("web", "site", spec)
@@ -48,7 +66,7 @@ func TestBuildWarmWebServer(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(template.BuildDir(e.dataDir, bad.ID), "template.json")); !os.IsNotExist(err) {
 		t.Errorf("a failed build's manifest is left: %v", err)
 	}
-	if tmpl, err := e.catalog.Resolve(context.Background(), "web", "site"); err != nil || tmpl.Build != rec.ID {
-		t.Errorf("site resolves to %v, %v; want the good build %s", tmpl, err, rec.ID)
+	if tmpl, err := e.catalog.Resolve(context.Background(), "web", "site"); err != nil || tmpl.Build != again.ID {
+		t.Errorf("site resolves to %v, %v; want the latest good build %s", tmpl, err, again.ID)
 	}
 }
