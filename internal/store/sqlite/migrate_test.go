@@ -127,3 +127,20 @@ func TestMigrationTemplates(t *testing.T) {
 	s = open(t, path)
 	storetest.CheckTemplateRecords(t, s)
 }
+
+// TestMigrationBuildProgress upgrades a database at schema 6, whose build
+// records had no start time nor step counts (the server read the log for
+// them): they get their creation as start, and ready ones every step done.
+func TestMigrationBuildProgress(t *testing.T) {
+	path, db := oldDatabase(t, 6)
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, b := range storetest.OldBuilds {
+		if _, err := db.Exec(`INSERT INTO template_builds (id, template, owner, status, spec, reason, step, layers, config,
+			node, created_at) VALUES (?, 'app', 'key_a', ?, ?, '', -1, '[]', '{}', 'n', ?)`,
+			b.ID, b.Status, b.Spec, created.UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	storetest.CheckUpgradedBuilds(t, open(t, path), created)
+}
