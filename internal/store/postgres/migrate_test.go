@@ -3,9 +3,6 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -19,7 +16,7 @@ import (
 // before custom templates left it: its sandboxes stay, and template builds
 // and tags can be stored and survive a reopen.
 func TestMigrationTemplates(t *testing.T) {
-	url, conn, files := oldSchema(t, 4)
+	url, conn, migrations := oldSchema(t, 4)
 	ctx := context.Background()
 	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 	if _, err := conn.Exec(ctx, `INSERT INTO sandboxes (id, template, runtime, state, reason, limits, user_name, workdir,
@@ -38,15 +35,15 @@ func TestMigrationTemplates(t *testing.T) {
 	s = open(t, url)
 	storetest.CheckTemplateRecords(t, s)
 	var version int
-	if err := conn.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&version); err != nil || version != len(files) {
-		t.Errorf("schema_version = %d, %v; want %d", version, err, len(files))
+	if err := conn.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&version); err != nil || version != migrations {
+		t.Errorf("schema_version = %d, %v; want %d", version, err, migrations)
 	}
 }
 
 // oldSchema makes a fresh schema as a Kiln at schema version left it: the
 // migrations up to that one applied, and its schema_version. It returns
-// the schema's URL, a connection to it and every migration file.
-func oldSchema(t *testing.T, version int) (string, *pgx.Conn, []string) {
+// the schema's URL, a connection to it and the number of migrations.
+func oldSchema(t *testing.T, version int) (string, *pgx.Conn, int) {
 	t.Helper()
 	url := pgtest.URL(t)
 	ctx := context.Background()
@@ -55,25 +52,12 @@ func oldSchema(t *testing.T, version int) (string, *pgx.Conn, []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(ctx) })
-	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
-	if err != nil || len(files) <= version {
-		t.Fatalf("migrations: %v, %v; want more than %d", files, err, version)
-	}
-	slices.Sort(files)
-	for _, f := range files[:version] {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, string(body)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
+	n := storetest.ApplyMigrations(t, version, func(body string) error { _, err := conn.Exec(ctx, body); return err })
 	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE schema_version (version integer NOT NULL);
 		INSERT INTO schema_version VALUES (%d)`, version)); err != nil {
 		t.Fatal(err)
 	}
-	return url, conn, files
+	return url, conn, n
 }
 
 // TestMigrationBuildProgress upgrades a schema at version 6, whose build

@@ -3,9 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -25,20 +23,7 @@ func oldDatabase(t *testing.T, version int) (string, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
-	if err != nil || len(files) <= version {
-		t.Fatalf("migrations: %v, %v; want more than %d", files, err, version)
-	}
-	slices.Sort(files)
-	for _, f := range files[:version] {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec(string(body)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
+	storetest.ApplyMigrations(t, version, func(body string) error { _, err := db.Exec(body); return err })
 	if _, err := db.Exec(`CREATE TABLE schema_version (version INTEGER NOT NULL) STRICT; INSERT INTO schema_version VALUES (?)`,
 		version); err != nil {
 		t.Fatal(err)
