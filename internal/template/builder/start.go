@@ -26,8 +26,9 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 		return template.BuildRecord{}, err
 	}
 	id := newBuildID()
+	now := time.Now().UTC()
 	rec := template.BuildRecord{ID: id, Template: name, Owner: owner, Status: template.BuildBuilding,
-		Spec: spec, Step: -1, CreatedAt: time.Now().UTC()}
+		Spec: spec, Step: -1, CreatedAt: now, StartedAt: now} // no build waits yet: it starts at once
 	rec.Spec.From.Registry = nil // credentials are never stored
 	dir := b.buildDir(id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
