@@ -163,6 +163,9 @@ type TemplateLogEntry struct {
 	// Cached marks the begin line of a step whose layer was found in the
 	// cache: the step is done.
 	Cached bool `json:"cached,omitempty"`
+	// ElapsedMs is, on a "done" line, how long the step took since it
+	// began.
+	ElapsedMs int64 `json:"elapsed_ms,omitempty"`
 }
 
 // Events of build log lines (TemplateLogEntry.Event).

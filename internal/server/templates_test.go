@@ -67,6 +67,13 @@ func TestTemplateBuild(t *testing.T) {
 				t.Errorf("sandbox of the template: %q", got)
 			}
 
+			timed := 0
+			for _, e := range nd {
+				timed += btoi(e.Event == api.LogDone && e.Step == 0 && e.ElapsedMs > 0)
+			}
+			if timed != 1 {
+				t.Errorf("the first build's log has %d done lines of its RUN with the time it took, want 1", timed)
+			}
 			if final.StepsDone != 3 || final.StartedAt == nil || final.StartedAt.Before(final.CreatedAt) || final.FinishedAt.Before(*final.StartedAt) {
 				t.Errorf("build: %d steps done, started %v (created %v, finished %v); want 3, in order", final.StepsDone, final.StartedAt, final.CreatedAt, final.FinishedAt)
 			}

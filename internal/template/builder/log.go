@@ -65,8 +65,11 @@ func (r *run) entry(event, level, msg string) LogEntry {
 		e.Stage = "step"
 	}
 	if part := fmt.Sprint(e.Stage, r.step); part != r.log.part && event == "" {
-		r.log.part, event = part, api.LogBegin
+		r.log.part, r.log.partStart, event = part, e.Time, api.LogBegin
 		e.Cached = r.hit && r.step >= 0
+	}
+	if event == api.LogDone {
+		e.ElapsedMs = e.Time.Sub(r.log.partStart).Milliseconds()
 	}
 	e.Event = event
 	return e
@@ -98,7 +101,10 @@ type buildLog struct {
 	truncated bool
 	ended     bool
 	changed   chan struct{} // closed and replaced on every append
-	part      string        // the part of the build the last line was about (the run's goroutine's)
+	// The part of the build the last line was about, and when it began
+	// (the run's goroutine's).
+	part      string
+	partStart time.Time
 }
 
 func openLog(dir string) (*buildLog, error) {
