@@ -136,9 +136,12 @@ type TemplateBuild struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
-	// Steps is the number of steps of the recipe; CachedSteps how many
-	// of them were found in the layer cache rather than run.
+	// Steps is the number of steps of the recipe; StepsDone how many the
+	// build got through (ran or found in the layer cache) and CachedSteps
+	// how many of those were found in the cache. Both are known once the
+	// build has ended (0 before).
 	Steps       int `json:"steps"`
+	StepsDone   int `json:"steps_done"`
 	CachedSteps int `json:"cached_steps"`
 	// Layers is the number of layers of a ready build; Warm says that its
 	// sandboxes are restored from a snapshot taken after its start
@@ -160,7 +163,33 @@ type TemplateLogEntry struct {
 	Message string `json:"message"`
 	// Output says the line is one a RUN step printed.
 	Output bool `json:"output,omitempty"`
+	// Stage is the part of the build the line is about: "base" (the FROM),
+	// "step" (Step says which) or "finalize" (the working directory, the
+	// start and ready commands, the warm snapshot).
+	Stage string `json:"stage,omitempty"`
+	// Total is the number of steps of the recipe.
+	Total int `json:"total,omitempty"`
+	// Event marks the lines that begin and end the parts of a build:
+	// "begin" (a part's first line: the FROM, the step's instruction, the
+	// first of the final stage), "done" (the step finished; its message
+	// says how long it took), and "ready" or "error" (the build ended; an
+	// error's message is its reason). "" for other lines.
+	Event string `json:"event,omitempty"`
+	// Cached marks the begin line of a step whose layer was found in the
+	// cache: the step is done.
+	Cached bool `json:"cached,omitempty"`
+	// ElapsedMs is, on a "done" line, how long the step took since it
+	// began.
+	ElapsedMs int64 `json:"elapsed_ms,omitempty"`
 }
+
+// Events of build log lines (TemplateLogEntry.Event).
+const (
+	LogBegin = "begin"
+	LogDone  = "done"
+	LogReady = "ready"
+	LogError = "error"
+)
 
 // Template is one tag of a template and the build it points at.
 type Template struct {

@@ -48,7 +48,7 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	if cfg.Server.Pools == nil {
 		cfg.Server.Pools = config.Pools{}
 	}
-	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template, e.g. "code-interpreter=2,base=4" (KILN_POOL)`)
+	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template (name or name:tag), e.g. "code-interpreter=2,base=4,site:v2=1" (KILN_POOL)`)
 	fs.BoolVar(&cfg.Network.Enable, "network", cfg.Network.Enable, "set up sandbox networking: NAT, egress policy, exposed ports (KILN_NETWORK=on)")
 	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode, `network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT)`)
 	cfg.Server.Builds = cfg.Server.Builds.WithDefaults()

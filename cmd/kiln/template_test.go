@@ -74,10 +74,10 @@ func TestTemplateBuildCommand(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "data.txt"), []byte("hello"), 0o644)
 	at := func(ms int) time.Time { return time.Date(2026, 1, 1, 0, 0, 0, ms*int(time.Millisecond), time.UTC) }
 	log := []api.TemplateLogEntry{
-		{Time: at(0), Level: "info", Step: -1, Message: "[base] FROM template base"},
-		{Time: at(100), Level: "info", Step: 0, Message: "[1/2] COPY data.txt /data.txt CACHED"},
-		{Time: at(200), Level: "info", Step: 1, Message: "[2/2] RUN V=2 echo $V"},
-		{Time: at(700), Level: "info", Step: 1, Message: "2", Output: true},
+		{Time: at(0), Level: "info", Step: -1, Message: "[base] FROM template base", Stage: "base", Total: 2, Event: api.LogBegin},
+		{Time: at(100), Level: "info", Step: 0, Message: "[1/2] COPY data.txt /data.txt CACHED", Stage: "step", Total: 2, Event: api.LogBegin, Cached: true},
+		{Time: at(200), Level: "info", Step: 1, Message: "[2/2] RUN V=2 echo $V", Stage: "step", Total: 2, Event: api.LogBegin},
+		{Time: at(700), Level: "info", Step: 1, Message: "2", Output: true, Stage: "step", Total: 2},
 	}
 	tests := []struct {
 		name       string
@@ -88,11 +88,12 @@ func TestTemplateBuildCommand(t *testing.T) {
 		wantStderr string
 	}{
 		{"ready", api.TemplateBuild{ID: "tb1", Template: "cowsay", Tag: "v2", Status: api.BuildReady, Steps: 2, CachedSteps: 1},
-			api.TemplateLogEntry{Time: at(900), Level: "info", Step: -1, Message: "build tb1 ready in 0.9s"},
+			api.TemplateLogEntry{Time: at(900), Level: "info", Step: -1, Message: "build tb1 ready in 0.9s", Stage: "finalize", Total: 2, Event: api.LogReady},
 			0, "cowsay:v2 ready: build tb1, 2 steps (1 cached)\n",
 			"#1 [base] FROM template base\n#1 DONE 0.1s\n#2 [1/2] COPY data.txt /data.txt\n#2 CACHED\n#3 [2/2] RUN V=2 echo $V\n#3 0.500 2\n#3 DONE 0.7s\nbuild tb1 ready in 0.9s\n"},
 		{"failed", api.TemplateBuild{ID: "tb2", Template: "cowsay", Status: api.BuildError, Reason: "step 2 (RUN): the command exited with status 3\n2\x1b[2J"},
-			api.TemplateLogEntry{Time: at(900), Level: "error", Step: 1, Message: "build failed: step 2 (RUN): the command exited with status 3\n2"},
+			api.TemplateLogEntry{Time: at(900), Level: "error", Step: 1, Message: "build failed: step 2 (RUN): the command exited with status 3\n2",
+				Stage: "step", Total: 2, Event: api.LogError},
 			1, "", "#3 ERROR: step 2 (RUN): the command exited with status 3\nkiln: template build tb2 failed: step 2 (RUN): the command exited with status 3\n2\n"},
 	}
 	for _, tt := range tests {

@@ -3,23 +3,24 @@ package config
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // MaxPoolSize bounds one template's pool of ready sandboxes.
 const MaxPoolSize = 64
 
 // Pools are the sizes of the warm pools of ready sandboxes, by template
-// name (KILN_POOL / kiln serve --pool, e.g. "code-interpreter=2,base=4").
-// It is a flag.Value.
+// reference (KILN_POOL / kiln serve --pool, e.g.
+// "code-interpreter=2,base=4,site:v2=1"): "name" or "name:tag", as
+// template.ParseRef reads them; "name:default" is kept as "name". It is a
+// flag.Value.
 type Pools map[string]int
 
-var poolNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-
-// ParsePools parses "name=size,name=size"; "" is no pools.
+// ParsePools parses "ref=size,ref=size"; "" is no pools.
 func ParsePools(s string) (Pools, error) {
 	p := Pools{}
 	return p, p.Set(s)
@@ -33,14 +34,17 @@ func (p Pools) Set(s string) error {
 		if item == "" {
 			continue
 		}
-		name, size, ok := strings.Cut(item, "=")
+		ref, size, ok := strings.Cut(item, "=")
 		n, err := strconv.Atoi(strings.TrimSpace(size))
-		name = strings.TrimSpace(name)
+		name, tag, rerr := template.ParseRef(strings.TrimSpace(ref))
 		switch {
-		case !ok || err != nil || !poolNameRE.MatchString(name):
-			return fmt.Errorf("pool %q: want TEMPLATE=SIZE, e.g. code-interpreter=2", item)
+		case !ok || err != nil || rerr != nil:
+			return fmt.Errorf("pool %q: want TEMPLATE[:TAG]=SIZE, e.g. code-interpreter=2 or site:v2=1", item)
 		case n < 0 || n > MaxPoolSize:
 			return fmt.Errorf("pool %q: size must be 0-%d", item, MaxPoolSize)
+		}
+		if tag != template.DefaultTag {
+			name += ":" + tag
 		}
 		p[name] = n
 	}

@@ -16,6 +16,15 @@ func TestParsePools(t *testing.T) {
 		{"base=-1", "error"},
 		{"base=65", "error"},
 		{"../x=1", "error"},
+		// Tags, as template.ParseRef reads them; the default tag is the
+		// bare name, so it cannot make a second pool of one build.
+		{"site:v2=1,site=2", "site=2,site:v2=1"},
+		{"site:default=3", "site=3"},
+		{"site:=1", "site=1"},
+		{"site:V2=1", "error"},
+		{"site:v2:x=1", "error"},
+		{":v2=1", "error"},
+		{"site:../x=1", "error"},
 	} {
 		p, err := ParsePools(tc.in)
 		got := p.String()

@@ -57,7 +57,8 @@ type SpecOptions struct {
 // defaultCaps is what a sandbox's root keeps: Docker's default set less
 // CAP_NET_RAW (raw and packet sockets: forged packets, sniffing),
 // CAP_MKNOD (device nodes; the device cgroup denies them anyway) and
-// CAP_SETFCAP (file capabilities, inert under no-new-privileges). Like
+// CAP_SETFCAP (setting file capabilities; without it root cannot map
+// itself into a new user namespace either). Like
 // Docker's, it has no SYS_ADMIN (mount), SYS_MODULE, SYS_PTRACE,
 // NET_ADMIN, SYS_TIME, ... Each one kept is what root in a template needs
 // (docs/security.md): the agent's privilege drops and kills, apt-get and
@@ -113,9 +114,12 @@ var agentCaps = []string{"CAP_SYS_RESOURCE"}
 
 // NewSpec builds the spec for a sandbox: the process runs as root (it is
 // kiln-agent, PID 1, which drops privileges for user commands) with
-// defaultCaps, no new privileges, fresh pid, ipc, uts,
-// mount and network namespaces (loopback only), cgroup limits and, for
-// runc, a seccomp deny list (gVisor ignores it and filters on its own).
+// defaultCaps, without no-new-privileges (a setuid binary such as sudo
+// makes a user root, with at most those capabilities), fresh pid, ipc,
+// uts, mount and network namespaces (loopback only), cgroup limits and,
+// for runc, a seccomp deny list (gVisor ignores it and filters on its
+// own; runc installs it before dropping capabilities, as it must without
+// no-new-privileges).
 func NewSpec(o SpecOptions) *specs.Spec {
 	env := o.Env
 	if !hasKey(env, "PATH") {
@@ -142,7 +146,11 @@ func NewSpec(o SpecOptions) *specs.Spec {
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Hard: nofile(), Soft: nofile()},
 			},
-			NoNewPrivileges: true,
+			// No no_new_privs: setuid binaries (sudo) work, so the user
+			// can become root in its own sandbox, as the API already lets
+			// callers; the bounding set, seccomp and namespaces bound root
+			// (docs/security.md).
+			NoNewPrivileges: false,
 		},
 		Root:     &specs.Root{Path: o.Rootfs, Readonly: o.ReadonlyRootfs},
 		Hostname: o.Hostname,

@@ -22,7 +22,7 @@ func TestNewSpec(t *testing.T) {
 		t.Errorf("root/hostname/cgroups: %+v %q %q", s.Root, s.Hostname, s.Linux.CgroupsPath)
 	}
 	p := s.Process
-	if p.User.UID != 0 || !p.NoNewPrivileges || p.Cwd != "/" || p.Terminal {
+	if p.User.UID != 0 || p.NoNewPrivileges || p.Cwd != "/" || p.Terminal {
 		t.Errorf("process: %+v", p)
 	}
 	if !slices.Equal(p.Env, []string{DefaultPath, "A=b"}) {

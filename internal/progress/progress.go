@@ -14,11 +14,13 @@
 //
 // A build's parts are numbered as BuildKit numbers its vertices: #1 the
 // base, #N+1 step N of the recipe, then the final stage (start command,
-// ready check, warm snapshot). It reads the builder's log lines
-// (internal/template/builder): "[2/5] RUN …", "[2/5] RUN … CACHED", "[2/5]
-// done in 4.2s", "[base] …", "[finalize] …", "build … ready in …" and
-// "build failed: …". Everything it prints is sanitised first: log lines
-// carry a sandbox's output, which must not drive the user's terminal.
+// ready check, warm snapshot). It follows the structured fields of the
+// builder's log lines (internal/template/builder), not their text: stage
+// and step say which part a line is about, total the recipe's size, event
+// where a part begins ("begin", cached or not) and ends ("done", and
+// "ready" or "error" for the build). Everything it prints is sanitised
+// first: log lines carry a sandbox's output, which must not drive the
+// user's terminal.
 package progress
 
 import (
@@ -54,8 +56,7 @@ type Display struct {
 	mu    sync.Mutex
 	w     io.Writer
 	opt   Options
-	total int  // steps in the recipe, from the "[i/N]" lines
-	steps bool // a step (not the base) has been seen
+	total int // steps in the recipe
 	cur   *vertex
 	drawn int  // lines of the live area on screen
 	ended bool // Close was called
@@ -83,13 +84,9 @@ func New(w io.Writer, opt Options) *Display {
 	return &Display{w: w, opt: opt}
 }
 
-var (
-	stepRE = regexp.MustCompile(`^\[(\d+)/(\d+)\] (.*)$`)
-	// escRE matches ANSI control sequences (colours, cursor moves) and
-	// operating system commands (window titles, hyperlinks).
-	escRE  = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?`)
-	doneRE = regexp.MustCompile(`^done in (\S+)$`)
-)
+// escRE matches ANSI control sequences (colours, cursor moves) and
+// operating system commands (window titles, hyperlinks).
+var escRE = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)?`)
 
 // Add shows one log entry.
 func (d *Display) Add(e api.TemplateLogEntry) {
@@ -111,7 +108,7 @@ func (d *Display) Add(e api.TemplateLogEntry) {
 	commit = d.enter(num, e, header)
 	v := d.cur
 	switch {
-	case strings.HasSuffix(header, " CACHED"):
+	case e.Cached:
 		// enter showed it
 	case header != "" && v.title == "":
 		v.title = header
@@ -131,59 +128,61 @@ func (d *Display) Add(e api.TemplateLogEntry) {
 }
 
 // special handles the lines that end a part or the build; ok reports
-// whether msg was one.
+// whether e was one.
 func (d *Display) special(e api.TemplateLogEntry, raw, msg string) (commit []string, ok bool) {
-	switch {
-	case strings.HasPrefix(raw, "build failed: "):
+	switch e.Event {
+	case api.LogError:
 		// The reason's first line names the step; the rest is the tail
 		// of its output, shown already.
 		first, _, _ := strings.Cut(strings.TrimPrefix(raw, "build failed: "), "\n")
-		reason := Sanitize(first)
+		first = Sanitize(first)
 		if d.cur == nil || d.cur.closed {
-			return []string{"ERROR: " + reason}, true
+			return []string{"ERROR: " + first}, true
 		}
-		return d.close(e.Time, "ERROR: "+reason), true
-	case e.Step < 0 && strings.HasPrefix(msg, "build ") && strings.Contains(msg, " ready in "):
+		return d.close(e.Time, "ERROR: "+first), true
+	case api.LogReady:
 		if d.cur != nil && !d.cur.closed {
 			commit = d.close(e.Time, "")
 		}
 		return append(commit, msg), true
-	}
-	if e.Step < 0 {
-		return nil, false
-	}
-	m := stepRE.FindStringSubmatch(msg)
-	if m == nil || d.cur == nil || d.cur.num != e.Step+2 || d.cur.closed {
-		return nil, false
-	}
-	if dm := doneRE.FindStringSubmatch(m[3]); dm != nil {
+	case api.LogDone:
+		if d.cur == nil || d.cur.num != e.Step+2 || d.cur.closed {
+			return nil, false
+		}
 		d.cur.last = e.Time
-		return d.close(e.Time, "DONE "+dm[1]), true
+		status := ""
+		if e.ElapsedMs > 0 { // the builder's measure: the step may have begun before this display
+			status = "DONE " + seconds(time.Duration(e.ElapsedMs)*time.Millisecond)
+		}
+		return d.close(e.Time, status), true
 	}
 	return nil, false
 }
 
 // vertexOf is the part an entry belongs to, and its title when the entry
-// starts it ("" otherwise).
+// begins it ("" otherwise).
 func (d *Display) vertexOf(e api.TemplateLogEntry, msg string) (int, string) {
-	if e.Step >= 0 {
-		d.steps = true
-		header := ""
-		if m := stepRE.FindStringSubmatch(msg); m != nil && !e.Output {
-			fmt.Sscan(m[2], &d.total)
-			header = msg
+	if e.Total > 0 {
+		d.total = e.Total
+	}
+	header := ""
+	if e.Event == api.LogBegin && !e.Output {
+		header = msg
+		if e.Cached {
+			header = strings.TrimSuffix(msg, " CACHED")
 		}
-		return e.Step + 2, header
 	}
 	switch {
-	case strings.HasPrefix(msg, "[finalize]"), d.steps:
-		header := ""
-		if strings.HasPrefix(msg, "[finalize]") {
-			header = msg
-		}
+	case e.Stage == "step" && e.Step >= 0:
+		return e.Step + 2, header
+	case e.Stage == "finalize":
 		return d.total + 2, header
-	case strings.HasPrefix(msg, "[base] FROM "):
-		return 1, msg
+	case e.Stage == "base":
+		return 1, header
+	}
+	// A line without a stage (a server before them): the current part's.
+	if d.cur != nil {
+		return d.cur.num, ""
 	}
 	return 1, ""
 }
@@ -193,8 +192,8 @@ func (d *Display) vertexOf(e api.TemplateLogEntry, msg string) (int, string) {
 func (d *Display) enter(num int, e api.TemplateLogEntry, header string) []string {
 	var commit []string
 	if d.cur != nil && d.cur.num == num {
-		if header != "" && strings.HasSuffix(header, " CACHED") && !d.cur.closed {
-			d.cur.title = strings.TrimSuffix(header, " CACHED")
+		if header != "" && e.Cached && !d.cur.closed {
+			d.cur.title = header
 			commit = append(commit, d.plain(d.cur, d.cur.title))
 			return append(commit, d.close(e.Time, "CACHED")...)
 		}
@@ -205,8 +204,8 @@ func (d *Display) enter(num int, e api.TemplateLogEntry, header string) []string
 		commit = d.close(e.Time, "")
 	}
 	d.cur = &vertex{num: num, start: e.Time, last: e.Time, seen: d.opt.Now()}
-	if strings.HasSuffix(header, " CACHED") {
-		d.cur.title = strings.TrimSuffix(header, " CACHED")
+	if e.Cached {
+		d.cur.title = header
 		commit = append(commit, d.plain(d.cur, d.cur.title))
 		return append(commit, d.close(e.Time, "CACHED")...)
 	}

@@ -11,43 +11,64 @@ import (
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// entry is a log line at t0+ms, as the builder writes it.
-func entry(ms, step int, msg string) api.TemplateLogEntry {
-	return api.TemplateLogEntry{Time: t0.Add(time.Duration(ms) * time.Millisecond), Level: "info", Step: step, Message: msg}
+// entry is a log line at t0+ms, as the builder writes it: its stage
+// from the step, the recipe's size (total) and its event.
+func entry(ms, step int, event, msg string) api.TemplateLogEntry {
+	stage := "step"
+	if step < 0 {
+		stage = "base"
+	}
+	return api.TemplateLogEntry{Time: t0.Add(time.Duration(ms) * time.Millisecond), Level: "info", Step: step, Message: msg,
+		Stage: stage, Event: event}
 }
 
 func output(ms, step int, msg string) api.TemplateLogEntry {
-	e := entry(ms, step, msg)
+	e := entry(ms, step, "", msg)
 	e.Output = true
 	return e
 }
 
+// with sets the fields entry does not.
+func with(e api.TemplateLogEntry, set func(*api.TemplateLogEntry)) api.TemplateLogEntry {
+	set(&e)
+	return e
+}
+
+func total(n int, log ...api.TemplateLogEntry) []api.TemplateLogEntry {
+	for i := range log {
+		log[i].Total = n
+	}
+	return log
+}
+
+func finalize(e *api.TemplateLogEntry) { e.Stage = "finalize" }
+
 // good is the log of a build with a cached COPY, a RUN with output, an ENV
 // and a WORKDIR (steps without a "done" line) and a final stage.
-var good = []api.TemplateLogEntry{
-	entry(0, -1, "[base] FROM template base"),
-	entry(100, 0, `[1/4] ENV GREETING="hi"`),
-	entry(200, 1, "[2/4] COPY data.txt /data.txt CACHED"),
-	entry(300, 2, "[3/4] RUN apt-get install -y cowsay"),
+var good = total(4,
+	entry(0, -1, api.LogBegin, "[base] FROM template base"),
+	entry(100, 0, api.LogBegin, `[1/4] ENV GREETING="hi"`),
+	with(entry(200, 1, api.LogBegin, "[2/4] COPY data.txt /data.txt CACHED"), func(e *api.TemplateLogEntry) { e.Cached = true }),
+	entry(300, 2, api.LogBegin, "[3/4] RUN apt-get install -y cowsay"),
 	output(1300, 2, "Reading package lists..."),
 	output(2300, 2, "\x1b[1;31mSetting up\x1b[0m cowsay\x1b]0;title\a\r"),
-	entry(4500, 2, "[3/4] done in 4.2s"),
-	entry(4600, 3, "[4/4] WORKDIR /app"),
-	entry(4700, -1, "[finalize] making the working directory /app"),
-	entry(4750, -1, "[finalize] warm snapshot taken in 0s"),
-	entry(4800, -1, "build tb_1 ready in 4.8s"),
-}
+	with(entry(4500, 2, api.LogDone, "[3/4] done in 4.2s"), func(e *api.TemplateLogEntry) { e.ElapsedMs = 4200 }),
+	entry(4600, 3, api.LogBegin, "[4/4] WORKDIR /app"),
+	with(entry(4700, -1, api.LogBegin, "[finalize] making the working directory /app"), finalize),
+	with(entry(4750, -1, "", "[finalize] warm snapshot taken in 0s"), finalize),
+	with(entry(4800, -1, api.LogReady, "build tb_1 ready in 4.8s"), finalize),
+)
 
 // bad is the log of a build whose RUN fails; its output carries an
 // attempt to clear the user's screen.
-var bad = []api.TemplateLogEntry{
-	entry(0, -1, "[base] FROM image debian:bookworm"),
-	entry(10, -1, "[base] layer 1/1 3f2a CACHED"),
-	{Time: t0.Add(20 * time.Millisecond), Level: "warn", Step: -1, Message: "Dockerfile:3: EXPOSE is ignored"},
-	entry(50, 0, "[1/2] RUN echo boom; exit 3"),
+var bad = total(2,
+	entry(0, -1, api.LogBegin, "[base] FROM image debian:bookworm"),
+	entry(10, -1, "", "[base] layer 1/1 3f2a CACHED"),
+	with(entry(20, -1, "", "Dockerfile:3: EXPOSE is ignored"), func(e *api.TemplateLogEntry) { e.Level = "warn" }),
+	entry(50, 0, api.LogBegin, "[1/2] RUN echo boom; exit 3"),
 	output(550, 0, "\x1b[2J\x1b[Hboom"),
-	{Time: t0.Add(600 * time.Millisecond), Level: "error", Step: 0, Message: "build failed: step 1 (RUN): the command exited with status 3\nboom"},
-}
+	with(entry(600, 0, api.LogError, "build failed: step 1 (RUN): the command exited with status 3\nboom"), func(e *api.TemplateLogEntry) { e.Level = "error" }),
+)
 
 func TestPlain(t *testing.T) {
 	tests := []struct {
@@ -160,7 +181,7 @@ func TestLive(t *testing.T) {
 		`     boom`}
 	term.want(t, "a failed RUN keeps its output on screen", screenAfterFail...)
 	d.Tick()
-	d.Add(entry(700, 1, "[2/2] RUN true"))
+	d.Add(entry(700, 1, api.LogBegin, "[2/2] RUN true"))
 	term.want(t, "nothing is drawn after Close", screenAfterFail...)
 }
 
@@ -253,5 +274,35 @@ func (s *screen) want(t *testing.T, what string, lines ...string) {
 	}
 	if strings.Join(got, "\n") != strings.Join(lines, "\n") {
 		t.Errorf("%s: screen:\n%s\nwant:\n%s", what, strings.Join(got, "\n"), strings.Join(lines, "\n"))
+	}
+}
+
+// The display follows the entries' fields, not their text: a RUN whose
+// instruction ends in " CACHED" runs, and a line of the build's own that
+// reads like a step's end ends nothing.
+func TestFieldsNotText(t *testing.T) {
+	var out strings.Builder
+	d := New(&out, Options{})
+	for _, e := range total(1,
+		entry(0, -1, api.LogBegin, "[base] FROM template base"),
+		entry(100, 0, api.LogBegin, "[1/1] RUN echo CACHED"),
+		entry(200, 0, "", "[1/1] done in 9s"),
+		output(300, 0, "CACHED"),
+		entry(1100, 0, api.LogDone, "[1/1] done in 1s"),
+		with(entry(1200, -1, api.LogReady, "build tb_2 ready in 1.2s"), finalize),
+	) {
+		d.Add(e)
+	}
+	d.Close()
+	want := `#1 [base] FROM template base
+#1 DONE 0.1s
+#2 [1/1] RUN echo CACHED
+#2 [1/1] done in 9s
+#2 0.200 CACHED
+#2 DONE 1.0s
+build tb_2 ready in 1.2s
+`
+	if out.String() != want {
+		t.Errorf("display:\n%s\nwant:\n%s", out.String(), want)
 	}
 }

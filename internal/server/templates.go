@@ -107,7 +107,7 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) templateToAPI(ctx context.Context, t template.TagRecord) api.Template {
 	out := tagToAPI(t)
 	if rec, err := s.builder.Get(ctx, t.BuildID); err == nil {
-		b := s.buildToAPI(ctx, rec, t.Tag)
+		b := buildToAPI(rec, t.Tag)
 		out.Build = &b
 	}
 	return out

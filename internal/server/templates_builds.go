@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strings"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -43,7 +42,7 @@ func (s *Server) startBuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusAccepted, s.buildToAPI(r.Context(), rec, tag))
+	return writeJSON(w, http.StatusAccepted, buildToAPI(rec, tag))
 }
 
 // listBuilds lists the caller's builds (an admin: everyone's), newest
@@ -85,7 +84,7 @@ func (s *Server) listBuilds(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.TemplateBuildList{Builds: make([]api.TemplateBuild, 0, len(recs))}
 	for _, rec := range recs {
-		out.Builds = append(out.Builds, s.buildToAPI(r.Context(), rec, tagOf[rec.ID]))
+		out.Builds = append(out.Builds, buildToAPI(rec, tagOf[rec.ID]))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -117,7 +116,7 @@ func (s *Server) getBuild(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, s.buildToAPI(r.Context(), rec, s.tagOf(r.Context(), rec)))
+	return writeJSON(w, http.StatusOK, buildToAPI(rec, s.tagOf(r.Context(), rec)))
 }
 
 // tagOf is a tag that points at the build ("" if none does).
@@ -167,28 +166,23 @@ func (s *Server) buildLogs(w http.ResponseWriter, r *http.Request) error {
 }
 
 // buildToAPI is a build record as the API shows it; tag is the tag it
-// was started for or one that points at it ("": none).
-func (s *Server) buildToAPI(ctx context.Context, rec template.BuildRecord, tag string) api.TemplateBuild {
+// was started for or one that points at it ("": none). The record has
+// all of it (the builder counts the steps as they end): no log is read.
+func buildToAPI(rec template.BuildRecord, tag string) api.TemplateBuild {
 	spec := rec.Spec
 	b := api.TemplateBuild{
 		ID: rec.ID, Template: rec.Template, Tag: tag, Owner: rec.Owner, Status: rec.Status, Reason: rec.Reason,
-		CreatedAt: rec.CreatedAt, Steps: len(rec.Spec.Steps), Layers: len(rec.Layers), Spec: &spec,
+		CreatedAt: rec.CreatedAt, Steps: len(rec.Spec.Steps), StepsDone: rec.StepsDone, CachedSteps: rec.CachedSteps,
+		Layers: len(rec.Layers), Spec: &spec,
 		Warm: rec.Status == template.BuildReady && rec.Config.StartCmd != "",
 	}
-	if rec.Status != template.BuildWaiting {
-		started := rec.CreatedAt
+	if !rec.StartedAt.IsZero() {
+		started := rec.StartedAt
 		b.StartedAt = &started
 	}
 	if !rec.FinishedAt.IsZero() {
 		finished := rec.FinishedAt
 		b.FinishedAt = &finished
 	}
-	// The log says which steps were found in the cache.
-	_ = s.builder.Logs(ctx, rec.ID, 0, false, func(e builder.LogEntry) error {
-		if e.Step >= 0 && !e.Output && strings.HasSuffix(e.Message, " CACHED") {
-			b.CachedSteps++
-		}
-		return nil
-	})
 	return b
 }

@@ -67,9 +67,46 @@ func TestTemplateBuild(t *testing.T) {
 				t.Errorf("sandbox of the template: %q", got)
 			}
 
+			timed := 0
+			for _, e := range nd {
+				timed += btoi(e.Event == api.LogDone && e.Step == 0 && e.ElapsedMs > 0)
+			}
+			if timed != 1 {
+				t.Errorf("the first build's log has %d done lines of its RUN with the time it took, want 1", timed)
+			}
+			if final.StepsDone != 3 || final.StartedAt == nil || final.StartedAt.Before(final.CreatedAt) || final.FinishedAt.Before(*final.StartedAt) {
+				t.Errorf("build: %d steps done, started %v (created %v, finished %v); want 3, in order", final.StepsDone, final.StartedAt, final.CreatedAt, final.FinishedAt)
+			}
+
 			again := build(t, ctx, a, "tpl", spec, api.BuildReady)
-			if again.CachedSteps != 1 {
-				t.Errorf("rebuild: %d steps cached, want 1 (the RUN)", again.CachedSteps)
+			if again.CachedSteps != 1 || again.StepsDone != 3 {
+				t.Errorf("rebuild: %d steps done, %d cached, want 3 and 1 (the RUN)", again.StepsDone, again.CachedSteps)
+			}
+			// The counts are the build record's: reading the build (a
+			// GET, a list row) reads no log.
+			rec, err := h.store.GetBuild(ctx, again.ID)
+			if err != nil || rec.CachedSteps != 1 || rec.StepsDone != 3 || !rec.StartedAt.Equal(*again.StartedAt) {
+				t.Errorf("the rebuild's record: %d steps done, %d cached, started %v, %v", rec.StepsDone, rec.CachedSteps, rec.StartedAt, err)
+			}
+			rec.CachedSteps, rec.StepsDone = 2, 1
+			if err := h.store.PutBuild(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := a.TemplateBuild(ctx, again.ID); err != nil || got.CachedSteps != 2 || got.StepsDone != 1 {
+				t.Errorf("GET of a build whose record says 1 done, 2 cached: %+v, %v", got, err)
+			}
+			// Log lines carry their stage, the recipe's size and events.
+			var cached, done, ready int
+			for _, e := range logOf(t, ctx, a, again.ID) {
+				if e.Total != 3 || e.Stage == "" {
+					t.Errorf("log line without its stage or the recipe's size: %+v", e)
+				}
+				cached += btoi(e.Cached && e.Step == 0 && e.Event == api.LogBegin)
+				done += btoi(e.Event == api.LogDone)
+				ready += btoi(e.Event == api.LogReady && e.Stage == "finalize")
+			}
+			if cached != 1 || done != 0 || ready != 1 {
+				t.Errorf("rebuild's log: %d cached begin lines of step 0, %d done, %d ready; want 1, 0, 1", cached, done, ready)
 			}
 			for _, e := range logOf(t, ctx, a, again.ID) {
 				if e.Step == 0 && !strings.HasSuffix(e.Message, "CACHED") || e.Output {
@@ -157,4 +194,11 @@ func metricValue(text, series string) float64 {
 	}
 	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -40,9 +40,16 @@ type BuildRecord struct {
 	Layers []string `json:"layers,omitempty"`
 	Config Config   `json:"config"`
 	Node   string   `json:"node,omitempty"` // where its files live
-	// CreatedAt is when the build was requested; FinishedAt when it ended
-	// (zero while it has not).
+	// StepsDone is how many of the recipe's steps the build got through
+	// (ran, or found in the layer cache); CachedSteps how many of those
+	// were found in the cache. Both are set when the build ends.
+	StepsDone   int `json:"steps_done"`
+	CachedSteps int `json:"cached_steps"`
+	// CreatedAt is when the build was requested; StartedAt when it left
+	// waiting (zero until it does); FinishedAt when it ended (zero while
+	// it has not).
 	CreatedAt  time.Time `json:"created_at"`
+	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
 }
 

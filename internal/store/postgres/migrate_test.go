@@ -2,9 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"slices"
+	"fmt"
 	"testing"
 	"time"
 
@@ -18,32 +16,9 @@ import (
 // before custom templates left it: its sandboxes stay, and template builds
 // and tags can be stored and survive a reopen.
 func TestMigrationTemplates(t *testing.T) {
-	url := pgtest.URL(t)
+	url, conn, migrations := oldSchema(t, 4)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
-	if err != nil || len(files) <= 4 {
-		t.Fatalf("migrations: %v, %v; want more than 4", files, err)
-	}
-	slices.Sort(files)
-	for _, f := range files[:4] {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, string(body)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
 	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
-	if _, err := conn.Exec(ctx, `CREATE TABLE schema_version (version integer NOT NULL);
-		INSERT INTO schema_version VALUES (4)`); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := conn.Exec(ctx, `INSERT INTO sandboxes (id, template, runtime, state, reason, limits, user_name, workdir,
 		env, metadata, owner, node, created_at) VALUES ('oldrunning01', 'base', 'runc', 'running', '', '{}', 'user', '/',
 		'{"E":"1"}', '{}', 'key_a', 'n', $1)`, created); err != nil {
@@ -60,7 +35,43 @@ func TestMigrationTemplates(t *testing.T) {
 	s = open(t, url)
 	storetest.CheckTemplateRecords(t, s)
 	var version int
-	if err := conn.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&version); err != nil || version != len(files) {
-		t.Errorf("schema_version = %d, %v; want %d", version, err, len(files))
+	if err := conn.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&version); err != nil || version != migrations {
+		t.Errorf("schema_version = %d, %v; want %d", version, err, migrations)
 	}
+}
+
+// oldSchema makes a fresh schema as a Kiln at schema version left it: the
+// migrations up to that one applied, and its schema_version. It returns
+// the schema's URL, a connection to it and the number of migrations.
+func oldSchema(t *testing.T, version int) (string, *pgx.Conn, int) {
+	t.Helper()
+	url := pgtest.URL(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	n := storetest.ApplyMigrations(t, version, func(body string) error { _, err := conn.Exec(ctx, body); return err })
+	if _, err := conn.Exec(ctx, fmt.Sprintf(`CREATE TABLE schema_version (version integer NOT NULL);
+		INSERT INTO schema_version VALUES (%d)`, version)); err != nil {
+		t.Fatal(err)
+	}
+	return url, conn, n
+}
+
+// TestMigrationBuildProgress upgrades a schema at version 6, whose build
+// records had no start time nor step counts (the server read the log for
+// them): they get their creation as start, and ready ones every step done.
+func TestMigrationBuildProgress(t *testing.T) {
+	url, conn, _ := oldSchema(t, 6)
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, b := range storetest.OldBuilds {
+		if _, err := conn.Exec(context.Background(), `INSERT INTO template_builds (id, template, owner, status, spec, reason,
+			step, layers, config, node, created_at) VALUES ($1, 'app', 'key_a', $2, $3::jsonb, '', -1, '[]', '{}', 'n', $4)`,
+			b.ID, b.Status, b.Spec, created); err != nil {
+			t.Fatal(err)
+		}
+	}
+	storetest.CheckUpgradedBuilds(t, open(t, url), created)
 }

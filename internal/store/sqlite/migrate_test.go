@@ -3,9 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -25,20 +23,7 @@ func oldDatabase(t *testing.T, version int) (string, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	files, err := filepath.Glob(filepath.Join("migrations", "*.sql"))
-	if err != nil || len(files) <= version {
-		t.Fatalf("migrations: %v, %v; want more than %d", files, err, version)
-	}
-	slices.Sort(files)
-	for _, f := range files[:version] {
-		body, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := db.Exec(string(body)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-	}
+	storetest.ApplyMigrations(t, version, func(body string) error { _, err := db.Exec(body); return err })
 	if _, err := db.Exec(`CREATE TABLE schema_version (version INTEGER NOT NULL) STRICT; INSERT INTO schema_version VALUES (?)`,
 		version); err != nil {
 		t.Fatal(err)
@@ -126,4 +111,21 @@ func TestMigrationTemplates(t *testing.T) {
 
 	s = open(t, path)
 	storetest.CheckTemplateRecords(t, s)
+}
+
+// TestMigrationBuildProgress upgrades a database at schema 6, whose build
+// records had no start time nor step counts (the server read the log for
+// them): they get their creation as start, and ready ones every step done.
+func TestMigrationBuildProgress(t *testing.T) {
+	path, db := oldDatabase(t, 6)
+	created := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, b := range storetest.OldBuilds {
+		if _, err := db.Exec(`INSERT INTO template_builds (id, template, owner, status, spec, reason, step, layers, config,
+			node, created_at) VALUES (?, 'app', 'key_a', ?, ?, '', -1, '[]', '{}', 'n', ?)`,
+			b.ID, b.Status, b.Spec, created.UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	storetest.CheckUpgradedBuilds(t, open(t, path), created)
 }

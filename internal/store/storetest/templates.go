@@ -37,7 +37,9 @@ func build(id, owner, name string, created time.Time) template.BuildRecord {
 				CPUs: 0.25, MemoryBytes: 3<<30 + 7, DiskBytes: 10 << 30, Network: "nat"},
 			StartCmd: "python3 -m http.server 8000", ReadyCmd: "curl -sf localhost:8000",
 		},
-		Node: "host-1", CreatedAt: created, FinishedAt: created.Add(93*time.Second + 4242*time.Nanosecond),
+		StepsDone: 3, CachedSteps: 2,
+		Node: "host-1", CreatedAt: created, StartedAt: created.Add(1500*time.Millisecond + 777*time.Nanosecond),
+		FinishedAt: created.Add(93*time.Second + 4242*time.Nanosecond),
 	}
 }
 
@@ -47,6 +49,9 @@ func storedBuild(b template.BuildRecord) template.BuildRecord {
 	b.CreatedAt = b.CreatedAt.Truncate(time.Microsecond).UTC()
 	if !b.FinishedAt.IsZero() {
 		b.FinishedAt = b.FinishedAt.Truncate(time.Microsecond).UTC()
+	}
+	if !b.StartedAt.IsZero() {
+		b.StartedAt = b.StartedAt.Truncate(time.Microsecond).UTC()
 	}
 	b.Spec.From.Registry = nil
 	b.Spec.Steps = append([]api.TemplateStep(nil), b.Spec.Steps...)
@@ -94,6 +99,7 @@ func testBuildRoundTrip(t *testing.T, s store.Backend) {
 	// Still running: no finish time, no failed step, nothing built yet.
 	waiting := build("bld_waiting", "key_a", "app", base.In(time.FixedZone("UTC+5:30", 5*3600+1800)))
 	waiting.Status, waiting.FinishedAt, waiting.Step, waiting.Layers = template.BuildWaiting, time.Time{}, -1, nil
+	waiting.StartedAt, waiting.StepsDone, waiting.CachedSteps = time.Time{}, 0, 0
 	waiting.Config = template.Config{}
 	bare := template.BuildRecord{ID: "bld_bare", CreatedAt: base}
 	empty := build("bld_empty", "", "base", base)
@@ -113,8 +119,8 @@ func testBuildRoundTrip(t *testing.T, s store.Backend) {
 			if got.CreatedAt.Location() != time.UTC {
 				t.Errorf("CreatedAt location = %v, want UTC", got.CreatedAt.Location())
 			}
-			if got.FinishedAt.IsZero() != in.FinishedAt.IsZero() {
-				t.Errorf("FinishedAt = %v, want zero %v", got.FinishedAt, in.FinishedAt.IsZero())
+			if got.FinishedAt.IsZero() != in.FinishedAt.IsZero() || got.StartedAt.IsZero() != in.StartedAt.IsZero() {
+				t.Errorf("StartedAt, FinishedAt = %v, %v; want zero %v, %v", got.StartedAt, got.FinishedAt, in.StartedAt.IsZero(), in.FinishedAt.IsZero())
 			}
 			if got.Spec.From.Registry != nil {
 				t.Errorf("registry credentials stored: %+v", got.Spec.From.Registry)
@@ -125,6 +131,7 @@ func testBuildRoundTrip(t *testing.T, s store.Backend) {
 	// Replacing a build (it finished) rewrites every field.
 	waiting.Status, waiting.Layers, waiting.Config = template.BuildReady, []string{"sha256:cccc"}, full.Config
 	waiting.FinishedAt, waiting.Node, waiting.Step = base.Add(time.Minute), "host-2", -1
+	waiting.StartedAt, waiting.StepsDone, waiting.CachedSteps = base.Add(time.Second), 3, 1
 	putBuild(t, s, waiting)
 	got, err := s.GetBuild(ctx(t), waiting.ID)
 	if err != nil {
@@ -249,6 +256,7 @@ func durableBuilds() []template.BuildRecord {
 	ready := build("bld_durable_ready", "key_durable", "app", base)
 	building := build("bld_durable_building", "key_durable", "app", base.Add(time.Second))
 	building.Status, building.FinishedAt, building.Layers, building.Config = template.BuildBuilding, time.Time{}, nil, template.Config{}
+	building.StepsDone, building.CachedSteps = 0, 0
 	return []template.BuildRecord{ready, building}
 }
 
@@ -292,5 +300,42 @@ func CheckTemplateRecords(t *testing.T, s template.Store) {
 		t.Errorf("GetTag: %v", err)
 	} else if diff := cmp.Diff(storedTag(durableTag), got); diff != "" {
 		t.Errorf("tag (-want +got):\n%s", diff)
+	}
+}
+
+// OldBuild is a build row as Kilns before schema 7 stored it, with the
+// columns they had: spec is its JSON.
+type OldBuild struct{ ID, Status, Spec string }
+
+// OldBuilds are the rows a migration test inserts into a database at
+// schema 6 (created at the time it passes to CheckUpgradedBuilds).
+var OldBuilds = []OldBuild{
+	{"bld_old_ready", template.BuildReady, `{"from":{"template":"base"},"steps":[{"type":"RUN","args":["true"]},{"type":"ENV","args":["A","1"]}]}`},
+	{"bld_old_nosteps", template.BuildReady, `{"from":{"template":"base"}}`},
+	{"bld_old_error", template.BuildError, `{"from":{"template":"base"},"steps":[{"type":"RUN","args":["false"]}]}`},
+	{"bld_old_waiting", template.BuildWaiting, `{"from":{"template":"base"},"steps":[{"type":"RUN","args":["true"]}]}`},
+}
+
+// CheckUpgradedBuilds fails t unless schema 7 gave OldBuilds, created at
+// created, a start time (their creation, unless still waiting) and the
+// steps a ready build got through (all of its recipe's); how many were
+// cached is not known (0).
+func CheckUpgradedBuilds(t *testing.T, s template.Store, created time.Time) {
+	t.Helper()
+	want := map[string]struct {
+		started bool
+		done    int
+	}{"bld_old_ready": {true, 2}, "bld_old_nosteps": {true, 0}, "bld_old_error": {true, 0}, "bld_old_waiting": {false, 0}}
+	for _, old := range OldBuilds {
+		b, err := s.GetBuild(ctx(t), old.ID)
+		if err != nil {
+			t.Errorf("GetBuild(%s): %v", old.ID, err)
+			continue
+		}
+		w := want[old.ID]
+		if b.StartedAt.Equal(created) != w.started || !w.started && !b.StartedAt.IsZero() || b.StepsDone != w.done || b.CachedSteps != 0 {
+			t.Errorf("%s upgraded: started %v, steps done %d, cached %d; want started at creation (%v) %v, %d done, 0 cached",
+				old.ID, b.StartedAt, b.StepsDone, b.CachedSteps, created, w.started, w.done)
+		}
 	}
 }

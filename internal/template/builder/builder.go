@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/image"
@@ -186,7 +187,9 @@ func (b *Builder) recover(ctx context.Context) error {
 		if err := b.cfg.Records.PutBuild(ctx, r); err != nil {
 			return fmt.Errorf("failing interrupted build %s: %w", r.ID, err)
 		}
-		appendLog(template.BuildDir(b.cfg.DataDir, r.ID), entry(levelError, -1, "build failed: "+interrupted))
+		e := entry(levelError, -1, "build failed: "+interrupted)
+		e.Event = api.LogError
+		appendLog(template.BuildDir(b.cfg.DataDir, r.ID), e)
 		b.log.Warn("build interrupted by a restart", "build", r.ID, "template", r.Template)
 	}
 	if b.cfg.Sandboxes != nil {

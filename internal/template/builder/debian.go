@@ -40,6 +40,7 @@ func (r *run) fromDebian(ctx context.Context) error {
 	what := fmt.Sprintf("[base] Debian %s (%s, %d packages)", d.Suite, d.Variant, len(d.Include)+len(d.Packages))
 	key := debianKey(d)
 	ok, err := r.cached(key, what)
+	r.hit = false // a base is no step of the recipe's
 	if err != nil {
 		return r.hide("reading the layer store", err)
 	}
@@ -51,7 +52,7 @@ func (r *run) fromDebian(ctx context.Context) error {
 			return err
 		}
 		r.push(l, key, l.Dir())
-		r.logf(levelInfo, "[base] done in %s", since(t0))
+		r.logEvent(api.LogDone, levelInfo, "[base] done in %s", since(t0))
 	}
 	// Steps run as root in /; the recipe's USER, WORKDIR and ENV steps
 	// make the template's defaults.
@@ -128,7 +129,7 @@ func (r *run) outputWriter() io.WriteCloser {
 		buf := make([]byte, 32<<10)
 		emit := func(s string) {
 			r.tail.add(s)
-			r.log.add(entry(levelInfo, r.step, s), true)
+			r.output(s)
 		}
 		for {
 			n, err := pr.Read(buf)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
 )
@@ -161,4 +164,58 @@ func TestBuildLimitsAndClose(t *testing.T) {
 		!strings.HasPrefix(all[len(all)-1].Message, "build failed: step 1 (RUN)") || all[len(all)-1].Level != "error" || all[len(all)-1].Step != 0 {
 		t.Errorf("log after the end: %d entries, from offset 2: %d%s", len(all), len(tail), lines(all))
 	}
+}
+
+// A RUN step that fills the build sandbox's disk (its writable layer is
+// MaxLayerBytes, an ext4 image of that size) ends the build in error
+// naming the step, with the command's own "No space left on device" in
+// the reason; nothing is left: no layer (published or pending), no build
+// sandbox, no mount, nothing in the build's dir but its log; the name keeps
+// serving its earlier good build.
+func TestBuildDiskFull(t *testing.T) {
+	sandboxtest.ForEachRuntime(t, func(t *testing.T, rt string) {
+		e := newEnvWith(t, rt, func(_ *sandbox.Config, c *builder.Config) { c.MaxLayerBytes = 64 << 20 })
+		good, log := e.build("dora", "big", api.TemplateSpec{From: api.TemplateBase{Template: "base"},
+			Steps: []api.TemplateStep{{Type: api.StepRun, Args: []string{"echo small > /small"}}}})
+		if good.Status != template.BuildReady {
+			t.Fatalf("good build: %s %q%s", good.Status, good.Reason, lines(log))
+		}
+		before := e.storedLayers()
+
+		full, log := e.build("dora", "big", api.TemplateSpec{From: api.TemplateBase{Template: "base"}, Steps: []api.TemplateStep{
+			{Type: api.StepEnv, Args: []string{"A", "1"}},
+			{Type: api.StepRun, Args: []string{"dd if=/dev/zero of=/big bs=1M count=200"}},
+		}})
+		if full.Status != template.BuildError || full.Step != 1 {
+			t.Fatalf("disk-filling build: status %s step %d reason %q%s", full.Status, full.Step, full.Reason, lines(log))
+		}
+		for _, want := range []string{"step 2 (RUN): the command exited with status 1", "No space left on device"} {
+			if !strings.Contains(full.Reason, want) {
+				t.Errorf("reason %q does not contain %q", full.Reason, want)
+			}
+		}
+		if after := e.storedLayers(); strings.Join(after, ",") != strings.Join(before, ",") {
+			t.Errorf("layers after the failed build: %v, before it %v", after, before)
+		}
+		if pending, _ := os.ReadDir(filepath.Join(e.dataDir, "layers", "tmp")); len(pending) != 0 {
+			t.Errorf("%d pending layers left in the layer store's tmp dir", len(pending))
+		}
+		if n := e.liveBuildSandboxes(); n != 0 {
+			t.Errorf("%d build sandboxes left running", n)
+		}
+		if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), e.dataDir) {
+			t.Errorf("mounts left under the data dir:\n%s", mounts)
+		}
+		if ents, err := os.ReadDir(template.BuildDir(e.dataDir, full.ID)); err != nil || len(ents) != 1 || ents[0].Name() != "build.log" {
+			t.Errorf("the failed build's dir holds %v (%v), want its log only", ents, err)
+		}
+		tmpl, err := e.catalog.Resolve(context.Background(), "dora", "big")
+		if err != nil || tmpl.Build != good.ID {
+			t.Fatalf("big resolves to %v, %v; want the good build %s", tmpl, err, good.ID)
+		}
+		box := sandboxtest.Create(t, e.m, sandbox.CreateOptions{TemplateBuild: tmpl, Runtime: rt})
+		if r := box.Exec(wire.ExecParams{Args: []string{"cat", "/small"}}); r.Stdout != "small\n" {
+			t.Errorf("a sandbox of the good build reads %q (stderr %q)", r.Stdout, r.Stderr)
+		}
+	})
 }

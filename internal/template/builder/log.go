@@ -43,6 +43,55 @@ func entry(level string, step int, msg string) LogEntry {
 	return LogEntry{Time: time.Now().UTC(), Level: level, Step: step, Message: msg}
 }
 
+// logf logs a line about the part of the build being run.
+func (r *run) logf(level, format string, a ...any) { r.logEvent("", level, format, a...) }
+
+// logEvent logs a line marked with event (api.LogDone, LogReady,
+// LogError; "": none). A part's first line is marked api.LogBegin, and
+// cached when the step's layer came from the cache.
+func (r *run) logEvent(event, level, format string, a ...any) {
+	r.log.add(r.entry(event, level, fmt.Sprintf(format, a...)), false)
+}
+
+// output logs a line a RUN step printed.
+func (r *run) output(line string) { r.log.add(r.entry("", levelInfo, line), true) }
+
+// entry is a line of the part of the build being run, with its stage,
+// the recipe's size and its event.
+func (r *run) entry(event, level, msg string) LogEntry {
+	e := entry(level, r.step, msg)
+	e.Stage, e.Total = r.stage, len(r.spec.Steps)
+	if r.step >= 0 {
+		e.Stage = "step"
+	}
+	if part := fmt.Sprint(e.Stage, r.step); part != r.log.part && event == "" {
+		r.log.part, r.log.partStart, event = part, e.Time, api.LogBegin
+		e.Cached = r.hit && r.step >= 0
+	}
+	if event == api.LogDone {
+		e.ElapsedMs = e.Time.Sub(r.log.partStart).Milliseconds()
+	}
+	e.Event = event
+	return e
+}
+
+// observe counts a step that ended well in the build's record (the
+// build's end stores the counts) and tells the Observer of a layer step
+// (RUN, COPY, ADD), and whether its layer came from the cache (r.hit).
+func (r *run) observe(err error, layerStep bool) error {
+	if err == nil {
+		r.rec.StepsDone++
+		if r.hit {
+			r.rec.CachedSteps++
+		}
+		if o := r.b.cfg.Observer; o != nil && layerStep {
+			o.StepDone(r.hit)
+		}
+	}
+	r.hit = false
+	return err
+}
+
 // buildLog is the log of a running build: the file, and the entries so
 // far for followers.
 type buildLog struct {
@@ -52,6 +101,10 @@ type buildLog struct {
 	truncated bool
 	ended     bool
 	changed   chan struct{} // closed and replaced on every append
+	// The part of the build the last line was about, and when it began
+	// (the run's goroutine's).
+	part      string
+	partStart time.Time
 }
 
 func openLog(dir string) (*buildLog, error) {

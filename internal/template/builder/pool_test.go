@@ -9,13 +9,15 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// A pool of a custom template (kiln serve --pool site=1) holds sandboxes
+// A pool of a custom template (kiln serve --pool site=1, and a tagged
+// one: site:v2=1) holds sandboxes
 // restored from its warm snapshot: a create claims one that answers on the
 // start command's port at once. Another key cannot get the private
 // template (nor its pooled sandboxes). A new build of the name drains the
@@ -35,17 +37,26 @@ func TestPoolOfCustomTemplate(t *testing.T) {
 	if first.Status != template.BuildReady {
 		t.Fatalf("build: %s %q%s", first.Status, first.Reason, lines(log))
 	}
-	e.im.StartPools(map[string]int{"site": 1})
+	tagged, log := e.build("web", "site:v2", spec("page-tagged"))
+	if tagged.Status != template.BuildReady {
+		t.Fatalf("build of site:v2: %s %q%s", tagged.Status, tagged.Reason, lines(log))
+	}
+	pools, err := config.ParsePools("site=1,site:v2=1") // kiln serve --pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.im.StartPools(pools)
 	t.Cleanup(e.im.StopPools)
 	waitPoolBuild(t, e.im, "site", first.ID)
+	waitPoolBuild(t, e.im, "site:v2", tagged.ID)
 
 	ctx := context.Background()
-	claim := func(want string) *sandboxtest.Box {
+	claimRef := func(ref, want string) *sandboxtest.Box {
 		t.Helper()
-		before := poolStat(e.im, "site").Hits
-		box := sandboxtest.Create(t, e.m, sandbox.CreateOptions{Template: "site", Owner: "web"})
-		if hits := poolStat(e.im, "site").Hits; hits != before+1 {
-			t.Errorf("create of site: pool hits %d → %d, want a claim", before, hits)
+		before := poolStat(e.im, ref).Hits
+		box := sandboxtest.Create(t, e.m, sandbox.CreateOptions{Template: ref, Owner: "web"})
+		if hits := poolStat(e.im, ref).Hits; hits != before+1 {
+			t.Errorf("create of %s: pool hits %d → %d, want a claim", ref, before, hits)
 		}
 		// One request, no retry: the server is up the moment the create returns.
 		if got := httpGet(box); got != want {
@@ -53,7 +64,9 @@ func TestPoolOfCustomTemplate(t *testing.T) {
 		}
 		return box
 	}
+	claim := func(want string) *sandboxtest.Box { t.Helper(); return claimRef("site", want) }
 	box1 := claim("page-v1")
+	claimRef("site:v2", "page-tagged")
 	waitPoolBuild(t, e.im, "site", first.ID) // refilled
 
 	if _, err := e.m.Create(ctx, sandbox.CreateOptions{Template: "site", Owner: "eve"}); !errors.Is(err, errdefs.ErrNotFound) {

@@ -72,10 +72,6 @@ func (r *run) hide(what string, err error) error {
 	return &stepError{msg: what + ": internal error (the server's log has the details)", class: err}
 }
 
-func (r *run) logf(level, format string, a ...any) {
-	r.log.add(entry(level, r.step, fmt.Sprintf(format, a...)), false)
-}
-
 // run runs the build to its end and records how it ended.
 func (r *run) run(ctx context.Context) {
 	r.start, r.step, r.stage, r.force = time.Now(), -1, "base", r.spec.NoCache
@@ -84,7 +80,7 @@ func (r *run) run(ctx context.Context) {
 	defer r.release()
 	err := r.build(ctx)
 	if err == nil {
-		r.logf(levelInfo, "build %s ready in %s", r.rec.ID, r.elapsed())
+		r.logEvent(api.LogReady, levelInfo, "build %s ready in %s", r.rec.ID, r.elapsed())
 	} else {
 		r.fail(ctx, err)
 	}
@@ -302,7 +298,7 @@ func (r *run) fail(ctx context.Context, err error) {
 	if errors.As(err, &se) && se.tail != "" {
 		reason += "\n" + se.tail
 	}
-	r.logf(levelError, "build failed: %s", reason)
+	r.logEvent(api.LogError, levelError, "build failed: %s", reason)
 	rec := r.rec
 	rec.Status, rec.Reason, rec.Step, rec.FinishedAt = template.BuildError, reason, r.step, time.Now().UTC()
 	rec.Layers = nil

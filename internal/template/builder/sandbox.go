@@ -114,7 +114,7 @@ func (r *run) exec(ctx context.Context, ag *sandbox.Agent, user, cwd, script, ar
 		lines.write(ev.Data, func(s string) {
 			if logOutput {
 				r.tail.add(s)
-				r.log.add(entry(levelInfo, r.step, s), true)
+				r.output(s)
 			}
 		})
 		return nil
@@ -123,7 +123,7 @@ func (r *run) exec(ctx context.Context, ag *sandbox.Agent, user, cwd, script, ar
 	lines.flush(func(s string) {
 		if logOutput {
 			r.tail.add(s)
-			r.log.add(entry(levelInfo, r.step, s), true)
+			r.output(s)
 		}
 	})
 	if err != nil {

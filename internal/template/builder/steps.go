@@ -64,25 +64,15 @@ func (r *run) runStep(ctx context.Context, i int, st api.TemplateStep) error {
 		r.user, r.cfg.User = st.Args[0], st.Args[0]
 		r.logf(levelInfo, "%s", what)
 	case api.StepCopy, api.StepAdd:
-		return r.observe(r.copy(ctx, what, st))
+		return r.observe(r.copy(ctx, what, st), true)
 	case api.StepRun:
 		user := r.user
 		if len(st.Args) > 1 && st.Args[1] != "" {
 			user = st.Args[1]
 		}
-		return r.observe(r.runCmd(ctx, what, st, user))
+		return r.observe(r.runCmd(ctx, what, st, user), true)
 	}
-	return nil
-}
-
-// observe tells the Observer that a layer step ended well, and whether
-// it was cached (cached says so of the last step's layer).
-func (r *run) observe(err error) error {
-	if o := r.b.cfg.Observer; o != nil && err == nil {
-		o.StepDone(r.hit)
-	}
-	r.hit = false
-	return err
+	return r.observe(nil, false)
 }
 
 // copy makes a COPY/ADD step's layer on the host from its uploaded files.
@@ -123,7 +113,7 @@ func (r *run) copy(ctx context.Context, what string, st api.TemplateStep) error 
 		return r.hide("storing the layer", err)
 	}
 	r.push(l, key, l.Dir())
-	r.logf(levelInfo, "%s done in %s", stepTag(what), since(t0))
+	r.logEvent(api.LogDone, levelInfo, "%s done in %s", stepTag(what), since(t0))
 	return nil
 }
 
@@ -159,7 +149,7 @@ func (r *run) runCmd(ctx context.Context, what string, st api.TemplateStep, user
 	}
 	r.push(l, key, l.Dir())
 	r.mkWorkdir = false
-	r.logf(levelInfo, "%s done in %s", stepTag(what), since(t0))
+	r.logEvent(api.LogDone, levelInfo, "%s done in %s", stepTag(what), since(t0))
 	return nil
 }
 
