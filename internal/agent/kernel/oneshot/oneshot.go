@@ -146,7 +146,9 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	if closed {
 		return 0, errClosed
 	}
-	k.count++
+	if !kernel.IsHidden(ctx) {
+		k.count++
+	}
 	n := k.count
 
 	dir, err := k.workDir()
