@@ -240,6 +240,14 @@ test('runCode runs JavaScript with language js', async () => {
   assert.equal(ex.text, '42')
 })
 
+test('JavaScript cells accept ES-module import syntax', async () => {
+  const ex = await sbx.runCode('import fs from "node:fs"\nimport { join, basename as base } from "path"\nimport * as os from "os"\nbase(join("a", "b.txt")) + " " + fs.existsSync("/") + " " + (typeof os.platform)', { language: 'js' })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, "'b.txt true function'")
+  // What a cell imported stays defined, as in a module's scope.
+  assert.equal((await sbx.runCode('typeof fs.readFileSync', { language: 'js' })).text, "'function'")
+})
+
 test('runCode runs TypeScript with language ts, types and all', async () => {
   const ex = await sbx.runCode('interface P { x: number }\nconst p: P = { x: 21 }\nfunction twice(n: number): number { return n * 2 }\ntwice(p.x)', { language: 'ts' })
   assert.equal(ex.error, undefined)
