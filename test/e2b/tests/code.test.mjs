@@ -243,9 +243,16 @@ test('runCode runs JavaScript with language js', async () => {
 test('JavaScript cells accept ES-module import syntax', async () => {
   const ex = await sbx.runCode('import fs from "node:fs"\nimport { join, basename as base } from "path"\nimport * as os from "os"\nbase(join("a", "b.txt")) + " " + fs.existsSync("/") + " " + (typeof os.platform)', { language: 'js' })
   assert.equal(ex.error, undefined)
-  assert.equal(ex.text, "'b.txt true function'")
+  assert.equal(ex.text, 'b.txt true function')
   // What a cell imported stays defined, as in a module's scope.
-  assert.equal((await sbx.runCode('typeof fs.readFileSync', { language: 'js' })).text, "'function'")
+  assert.equal((await sbx.runCode('typeof fs.readFileSync', { language: 'js' })).text, 'function')
+})
+
+test('Java cells accept snippets: statements, methods and a last expression, without a class', async () => {
+  const ex = await sbx.runCode('int twice(int n) { return 2 * n; }\nint x = 20;\nSystem.out.println(twice(x) + 2);\n"x is " + x', { language: 'java' })
+  assert.equal(ex.error, undefined)
+  assert.deepEqual(ex.logs.stdout, ['42\n'])
+  assert.equal(ex.text, 'x is 20')
 })
 
 test('runCode runs TypeScript with language ts, types and all', async () => {
