@@ -327,11 +327,14 @@ function rewriteImports(src) {
   const quoted = (t) => t && t.type === 'str' && /^["']/.test(t.v);
   for (let k = 0; k < toks.length; k++) {
     const t = toks[k];
-    if (t.type !== 'id' || t.v !== 'import') continue;
+    if (t.type !== 'id' || t.v !== 'import' || (k > 0 && toks[k - 1].v === '.')) continue; // not obj.import
     let j = k + 1;
     const next = toks[j];
     if (next && next.v === '(') { // import(): the driver's own, see importDynamic
-      edits.push([t.start, t.end, '__kiln_import']);
+      let close = j + 1;
+      while (close < toks.length && !(toks[close].v === ')' && toks[close].depth === t.depth)) close++;
+      const after = toks[close + 1];
+      if (!after || after.v !== '{') edits.push([t.start, t.end, '__kiln_import']); // else a method named import
       continue;
     }
     if (!next || next.v === '.') continue; // import.meta

@@ -53,6 +53,7 @@ func TestNodeImports(t *testing.T) {
 		{name: "side effect only", code: "import 'util'\n'loaded'", result: "'loaded'"},
 		{name: "dynamic import", code: "(await import('path')).sep", result: "'/'"},
 		{name: "missing module", code: "import nope from 'no-such-module-kiln'", errName: "Error", errValue: "no-such-module-kiln"},
+		{name: "a method named import", code: "const o = { import(x) { return x + 1 } }\no.import(1)", result: "2"},
 		{name: "a string is not an import", code: "'import x from \"y\"'", result: "'import x from \"y\"'"},
 	})
 }
