@@ -46,7 +46,7 @@ FUZZTIME ?= 5s
 FUZZ_TARGETS := \
 	./internal/server:FuzzCreateSandboxBody ./internal/server:FuzzCommandBody ./internal/server:FuzzQuery \
 	./internal/agentapi/channel:FuzzFrameReader ./internal/agentapi/channel:FuzzAgentInput \
-	./internal/agentapi/channel:FuzzHostInput ./internal/agent/files:FuzzResolve
+	./internal/agentapi/channel:FuzzHostInput ./internal/agent/files:FuzzResolve ./internal/agent:FuzzAgentMethods
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \

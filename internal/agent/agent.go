@@ -67,8 +67,14 @@ func New(cfg Config, log *slog.Logger) *Server {
 }
 
 // Serve answers the host on the channel carried by r and w (the agent's
-// stdin and stdout) until r fails or ctx is done.
+// stdin and stdout) until r fails or ctx is done, and the code
+// interpreter's health check if configured (Config.CodeHealth).
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer) error {
+	if s.cfg.CodeHealth != "" {
+		hctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go s.serveCodeHealth(hctx, s.cfg.CodeHealth)
+	}
 	return channel.Serve(ctx, r, w, Version, s.Handle)
 }
 
@@ -85,12 +91,15 @@ func (s *Server) Close(ctx context.Context) error {
 func (s *Server) Handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (res any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.log.Error("agent method panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			s.log.Error(panicMessage, "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			res, err = nil, &api.Error{Code: api.CodeInternal, Message: "internal error in the sandbox agent serving " + method}
 		}
 	}()
 	return s.handle(ctx, st, method, params)
 }
+
+// panicMessage is the log message of a recovered panic.
+const panicMessage = "agent method panicked"
 
 func (s *Server) handle(ctx context.Context, st *channel.Stream, method string, params json.RawMessage) (any, error) {
 	switch method {
@@ -129,7 +138,7 @@ func (s *Server) handle(ctx context.Context, st *channel.Stream, method string, 
 	case wire.MethodContextCreate:
 		return call(params, func(p wire.ContextParams) (any, error) { return s.contextCreate(ctx, p) })
 	case wire.MethodContexts:
-		return s.contexts.List(), nil
+		return call(params, func(p wire.ContextsParams) (any, error) { return s.listContexts(p) })
 	case wire.MethodContextRestart:
 		return call(params, func(p wire.ContextIDParams) (any, error) { return s.contextRestart(ctx, p) })
 	case wire.MethodContextDelete:

@@ -111,11 +111,28 @@ func (s *Server) execute(ctx context.Context, st *channel.Stream, p wire.Execute
 		}
 		return nil
 	}
+	if p.Hidden {
+		ctx = kernel.WithHidden(ctx)
+	}
 	count, err := s.contexts.Execute(ctx, id, p.Code, p.Env, time.Duration(p.TimeoutMs)*time.Millisecond, emit)
 	if err != nil {
 		return nil, err
 	}
 	return nil, send(api.Event{Type: api.EventDone, ExecutionCount: count})
+}
+
+// listContexts lists the contexts, with the default contexts of the
+// languages p names registered first.
+func (s *Server) listContexts(p wire.ContextsParams) ([]api.Context, error) {
+	if len(p.Defaults) > len(kernel.Languages) {
+		return nil, &api.Error{Code: api.CodeInvalidArgument, Message: "too many default languages"}
+	}
+	for _, l := range p.Defaults {
+		if _, err := s.defaultContext(l); err != nil {
+			return nil, err
+		}
+	}
+	return s.contexts.List(), nil
 }
 
 // defaultContext returns the default context of language ("": Python).

@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
@@ -29,9 +31,14 @@ func newCodeHarness(t *testing.T) *harness {
 
 func (h *harness) call(method string, params, result any) error {
 	h.t.Helper()
+	return callOn(h.conn, method, params, result)
+}
+
+// callOn makes one call on conn and waits for its result.
+func callOn(conn *channel.Conn, method string, params, result any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := h.conn.Call(ctx, method, params)
+	st, err := conn.Call(ctx, method, params)
 	if err != nil {
 		return err
 	}
@@ -157,5 +164,30 @@ func TestCode(t *testing.T) {
 	}
 	if err := h.call(wire.MethodContextCreate, wire.ContextParams{Language: "fortran"}, nil); errCode(err) != api.CodeInvalidArgument {
 		t.Fatalf("bad language: %v", err)
+	}
+}
+
+// Hidden executions (a warm template's imports, identify's code) are not
+// counted: the user's first execution is number 1 in every kind of
+// kernel, and the next hidden one does not move the count.
+func TestHiddenExecutions(t *testing.T) {
+	h := newCodeHarness(t)
+	code := map[string]string{"python": "1", "bash": "true", "javascript": "1", "c": "int main(void) { return 0; }"}
+	for _, lang := range []string{"python", "bash", "javascript", "c"} {
+		t.Run(lang, func(t *testing.T) {
+			counts := []int{}
+			for _, hidden := range []bool{true, true, false, true, false} {
+				r := h.execute(wire.ExecuteParams{Language: lang, Code: code[lang], Hidden: hidden})
+				if r.err != nil || len(r.events) == 0 {
+					t.Fatalf("execution: %+v", r)
+				}
+				if !hidden {
+					counts = append(counts, r.events[len(r.events)-1].ExecutionCount)
+				}
+			}
+			if !slices.Equal(counts, []int{1, 2}) {
+				t.Fatalf("the user's execution counts %v, want [1 2]", counts)
+			}
+		})
 	}
 }

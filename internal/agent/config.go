@@ -30,6 +30,10 @@ import (
 //	KILN_REPLAY_BYTES     per-process replay buffer for re-attaching (1 MiB)
 //	KILN_PROCESS_HISTORY  ended processes remembered for attach and list (64)
 //	KILN_LOG_LEVEL        debug, info (default), warn or error
+//	KILN_CODE_HEALTH      the address to answer E2B's code-interpreter
+//	                      health check on (GET /health), or "off"; by
+//	                      default 0.0.0.0:49999 in a sandbox whose root
+//	                      filesystem has ipykernel (see CodePort)
 //
 // Every other KILN_* variable is removed from the environment that
 // processes inherit (BaseEnv). A restored agent learns its new id and
@@ -44,6 +48,9 @@ type Config struct {
 	ReplayBytes int64
 	History     int
 	LogLevel    slog.Level
+	// CodeHealth is the address of the code interpreter's health check
+	// ("": none).
+	CodeHealth string
 	// BaseEnv is the agent's environment without KILN_* variables: the
 	// sandbox's environment, which processes inherit.
 	BaseEnv []string
@@ -71,6 +78,7 @@ func Default() Config {
 // os.Environ().
 func ConfigFromEnv(environ []string) (Config, error) {
 	c := Default()
+	codeHealthSet := false
 	for _, kv := range environ {
 		k, v, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, "KILN_") {
@@ -95,12 +103,21 @@ func ConfigFromEnv(environ []string) (Config, error) {
 			c.ReplayBytes, err = parseBytes(v)
 		case "KILN_PROCESS_HISTORY":
 			c.History, err = strconv.Atoi(v)
+		case "KILN_CODE_HEALTH":
+			c.CodeHealth = v
+			codeHealthSet = true
 		case "KILN_LOG_LEVEL":
 			err = c.LogLevel.UnmarshalText([]byte(v))
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("parsing %s=%q: %w", k, v, err)
 		}
+	}
+	switch {
+	case !codeHealthSet:
+		c.CodeHealth = defaultCodeHealth()
+	case c.CodeHealth == "off":
+		c.CodeHealth = ""
 	}
 	return c, c.Validate()
 }

@@ -21,14 +21,16 @@ import (
 // harness runs a real Server in-process, with the host's end of the
 // channel connected over a pair of pipes, as kiln serve would be.
 type harness struct {
-	t    *testing.T
-	srv  *Server
-	conn *channel.Conn
-	hr   *os.File // host reads the agent's stdout
-	hw   *os.File // host writes the agent's stdin
+	t   testing.TB
+	srv *Server
+	// panics counts the methods that panicked (and were recovered).
+	panics *atomic.Int64
+	conn   *channel.Conn
+	hr     *os.File // host reads the agent's stdout
+	hw     *os.File // host writes the agent's stdin
 }
 
-func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
+func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
 	t.Helper()
 	cfg, err := ConfigFromEnv(os.Environ())
 	if err != nil {
@@ -37,7 +39,8 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	panics := new(atomic.Int64)
+	log := slog.New(panicCounter{slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}), panics})
 	srv := New(cfg, log)
 	ar, hw, err := os.Pipe()
 	if err != nil {
@@ -53,7 +56,7 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 		defer close(served)
 		_ = srv.Serve(ctx, ar, aw)
 	}()
-	h := &harness{t: t, srv: srv, hr: hr, hw: hw}
+	h := &harness{t: t, srv: srv, hr: hr, hw: hw, panics: panics}
 	h.conn = h.connect()
 	t.Cleanup(func() {
 		closeCtx, c := context.WithTimeout(context.Background(), time.Second)
@@ -67,6 +70,27 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 		ar.Close()
 	})
 	return h
+}
+
+// panicCounter counts the agent's log records of a recovered panic.
+type panicCounter struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (p panicCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == panicMessage {
+		p.n.Add(1)
+	}
+	return p.Handler.Handle(ctx, r)
+}
+
+func (p panicCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return panicCounter{p.Handler.WithAttrs(as), p.n}
+}
+
+func (p panicCounter) WithGroup(name string) slog.Handler {
+	return panicCounter{p.Handler.WithGroup(name), p.n}
 }
 
 // connect starts a new host session on the same pipes; the previous

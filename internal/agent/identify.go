@@ -41,6 +41,9 @@ func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	if p.Then == nil {
 		return nil
 	}
+	if p.Then.TimeoutMs < 0 {
+		return &api.Error{Code: api.CodeInvalidArgument, Message: "identify: timeout must not be negative"}
+	}
 	c, err := s.defaultContext(p.Then.Language)
 	if err != nil {
 		return err

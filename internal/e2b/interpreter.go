@@ -108,7 +108,9 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), contextCallTimeout)
 	defer cancel()
-	cs, err := targetOf(r).a.Contexts(ctx)
+	// E2B's server creates the Python and JavaScript contexts at start
+	// and lists them from then on.
+	cs, err := targetOf(r).a.ContextsWithDefaults(ctx, "python", "javascript")
 	if err != nil {
 		h.textError(w, r, fmt.Errorf("listing contexts: %w", err))
 		return

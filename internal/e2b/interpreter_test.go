@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -92,9 +93,11 @@ func TestExecute(t *testing.T) {
 		} else if at, err := time.Parse(time.RFC3339Nano, ts); err != nil || time.Since(at) > time.Minute {
 			t.Errorf("stdout timestamp %q: %v", ts, err)
 		}
+		// The user's first cell is number 1: the template's warm imports
+		// and the restored kernel's environment update are hidden.
 		n := ofType(lines, "number_of_executions")
-		if len(n) != 1 || n[0]["execution_count"].(float64) < 1 {
-			t.Errorf("number_of_executions lines %v", n)
+		if len(n) != 1 || n[0]["execution_count"].(float64) != 1 {
+			t.Errorf("number_of_executions lines of the first cell %v, want execution_count 1", n)
 		}
 		lines, _ = execute(h, sb, map[string]any{"code": "x + 1"})
 		if got := mainText(lines); got != "2" {
@@ -211,6 +214,12 @@ func TestExecute(t *testing.T) {
 				`bar [{"group":"sales","label":"a","value":3},{"group":"sales","label":"b","value":5}]`},
 			{"pie", "plt.pie([1, 1], labels=['x', 'y'])",
 				`pie [{"angle":180,"label":"x","radius":1},{"angle":180,"label":"y","radius":1}]`},
+			// matplotlib's wedges come out as 323.99999141693115 and
+			// 36.0000005364418 degrees; float noise is rounded off.
+			{"pie without float noise", "plt.pie([90, 10], labels=['big', 'small'])",
+				`pie [{"angle":324,"label":"big","radius":1},{"angle":36,"label":"small","radius":1}]`},
+			{"bar without float noise", "plt.bar(['a', 'b'], [0.1 + 0.2, 1.23456789])",
+				`bar [{"group":"group 0","label":"a","value":0.3},{"group":"group 0","label":"b","value":1.23456789}]`},
 			{"scatter", "plt.scatter([1, 2], [3, 4], label='pts')",
 				`scatter [{"label":"pts","points":[[1,3],[2,4]]}]`},
 			{"box and whisker", "plt.boxplot([[1, 2, 3, 4, 5, 20]], labels=['A'])",
@@ -240,6 +249,47 @@ func TestExecute(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("%s: chart %s, want %s", tc.name, got, tc.want)
 			}
+		}
+	})
+
+	t.Run("PIL images", func(t *testing.T) {
+		h := h.with(t)
+		lines, _ := execute(h, sb, map[string]any{"code": "from PIL import Image\nim = Image.new('RGB', (20, 10), 'red')\nim.show()\ndisplay(im)\nim"})
+		var pngs int
+		for _, r := range ofType(lines, "result") {
+			b, err := base64.StdEncoding.DecodeString(fmt.Sprint(r["png"]))
+			if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
+				t.Errorf("result without a PNG: %v", r)
+				continue
+			}
+			pngs++
+		}
+		if pngs != 3 { // show(), display() and the cell's value
+			t.Errorf("%d PNG results, want 3: %v", pngs, lines)
+		}
+	})
+
+	t.Run("default contexts", func(t *testing.T) {
+		h := h.with(t)
+		var cs []struct{ ID, Language, Cwd string }
+		status, _, b := h.call("GET", "/contexts", nil, jupyter(sb, false)...)
+		if status != 200 || json.Unmarshal(b, &cs) != nil {
+			t.Fatalf("list contexts: %d %s", status, b)
+		}
+		langs := map[string]string{}
+		for _, c := range cs {
+			langs[c.Language] = c.ID
+		}
+		if langs["python"] == "" || langs["javascript"] == "" {
+			t.Fatalf("contexts %s: want the default python and javascript contexts", b)
+		}
+		lines, _ := execute(h, sb, map[string]any{"code": "console.log(6 * 7)", "context_id": langs["javascript"]})
+		if out := ofType(lines, "stdout"); len(out) != 1 || out[0]["text"] != "42\n" {
+			t.Errorf("the listed javascript context: %v", lines)
+		}
+		lines, _ = execute(h, sb, map[string]any{"code": "'x' in globals()", "context_id": langs["python"]})
+		if got := mainText(lines); got != "True" {
+			t.Errorf("the listed python context is not the default one: %v", lines)
 		}
 	})
 

@@ -25,6 +25,13 @@ func (a *Agent) Contexts(ctx context.Context) ([]api.Context, error) {
 	return cs, a.invoke(ctx, wire.MethodContexts, struct{}{}, &cs)
 }
 
+// ContextsWithDefaults lists the sandbox's code contexts including the
+// default contexts of languages, registered first if need be.
+func (a *Agent) ContextsWithDefaults(ctx context.Context, languages ...string) ([]api.Context, error) {
+	var cs []api.Context
+	return cs, a.invoke(ctx, wire.MethodContexts, wire.ContextsParams{Defaults: languages}, &cs)
+}
+
 // RestartContext replaces a context's interpreter with a fresh one.
 func (a *Agent) RestartContext(ctx context.Context, id string) (api.Context, error) {
 	var c api.Context

@@ -232,7 +232,7 @@ func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
 		}
 	}
 	if w.Code != "" {
-		p := wire.ExecuteParams{Language: w.Language, Code: w.Code, TimeoutMs: time.Until(deadline(ctx)).Milliseconds()}
+		p := wire.ExecuteParams{Language: w.Language, Code: w.Code, TimeoutMs: time.Until(deadline(ctx)).Milliseconds(), Hidden: true}
 		if err := runCode(ctx, a, p); err != nil {
 			return fmt.Errorf("running the warm code: %w", err)
 		}

@@ -333,7 +333,8 @@ func (c *Contexts) Execute(ctx context.Context, id, code string, env map[string]
 // before any queued after Queue returns, without waiting for it: it takes
 // the context's turn now and runs code in the background, then calls done
 // with its error (an exception in the code is one). Its output is
-// discarded.
+// discarded, and it is hidden (see WithHidden): code the host queues for
+// itself is not one of the user's executions.
 func (c *Contexts) Queue(ctx context.Context, id, code string, timeout time.Duration, done func(error)) error {
 	e, err := c.take(ctx, id)
 	if err != nil {
@@ -342,7 +343,7 @@ func (c *Contexts) Queue(ctx context.Context, id, code string, timeout time.Dura
 	go func() {
 		defer func() { <-e.turn }()
 		var failed *api.ExecutionError
-		_, err := c.execute(context.Background(), e, code, nil, timeout, func(ev api.Event) error {
+		_, err := c.execute(WithHidden(context.Background()), e, code, nil, timeout, func(ev api.Event) error {
 			if ev.ExecutionError != nil {
 				failed = ev.ExecutionError
 			}

@@ -17,7 +17,9 @@ type Kernel interface {
 	// stderr, result, execution_error); it returns when the execution
 	// ends, when ctx is done (then it interrupts the code, and the kernel
 	// stays usable), or when emit fails (client gone). It returns the
-	// execution count. env applies to this execution only.
+	// execution count. env applies to this execution only. A hidden
+	// execution (see WithHidden) is not counted: the count it returns
+	// is the user's last.
 	Execute(ctx context.Context, code string, env map[string]string, emit func(api.Event) error) (count int, err error)
 	// Interrupt stops the running execution, keeping the kernel's state.
 	Interrupt(ctx context.Context) error
@@ -36,3 +38,19 @@ type Options struct {
 
 // Factory starts a kernel for one language.
 type Factory func(ctx context.Context, o Options) (Kernel, error)
+
+type hiddenKey struct{}
+
+// WithHidden marks the execution run with ctx as hidden: code the agent
+// or the host runs for itself (a warm template's imports, a restored
+// sandbox's environment update), which the user's execution count and
+// history do not include, so that the user's first cell is number 1.
+func WithHidden(ctx context.Context) context.Context {
+	return context.WithValue(ctx, hiddenKey{}, true)
+}
+
+// IsHidden reports whether ctx marks a hidden execution.
+func IsHidden(ctx context.Context) bool {
+	h, _ := ctx.Value(hiddenKey{}).(bool)
+	return h
+}

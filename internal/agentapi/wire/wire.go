@@ -211,7 +211,8 @@ const (
 	// MethodContextCreate starts a context (ContextParams). Result:
 	// api.Context.
 	MethodContextCreate = "context_create"
-	// MethodContexts lists contexts. Result: []api.Context.
+	// MethodContexts lists contexts (ContextsParams, which may be
+	// absent). Result: []api.Context.
 	MethodContexts = "contexts"
 	// MethodContextRestart restarts a context's interpreter, losing its
 	// state (ContextIDParams). Result: api.Context.
@@ -265,4 +266,17 @@ type ExecuteParams struct {
 	Code      string            `json:"code"`
 	Env       map[string]string `json:"env,omitempty"`
 	TimeoutMs int64             `json:"timeout_ms,omitempty"`
+	// Hidden runs code the host runs for itself (a warm template's
+	// imports): it is not counted in the context's execution count nor
+	// kept in its history, so the user's first execution is number 1.
+	Hidden bool `json:"hidden,omitempty"`
+}
+
+// ContextsParams lists contexts (MethodContexts). Defaults names
+// languages whose default context the list includes, registered first if
+// it is not yet (its interpreter starts with its first execution): E2B's
+// code interpreter lists the Python and JavaScript contexts from the
+// start.
+type ContextsParams struct {
+	Defaults []string `json:"defaults,omitempty"`
 }

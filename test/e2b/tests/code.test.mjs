@@ -19,6 +19,10 @@ test('runCode keeps state across calls', async () => {
   assert.deepEqual(first.results, [])
   const second = await sbx.runCode('x + 1')
   assert.equal(second.text, '42')
+  // The first cell of a fresh sandbox is number 1, as on E2B: the
+  // template's warm-up and start-up cells are not counted.
+  assert.equal(first.executionCount, 1)
+  assert.equal(second.executionCount, 2)
   assert.equal(second.results.length, 1)
   assert.equal(second.results[0].isMainResult, true)
   assert.deepEqual(second.logs, { stdout: [], stderr: [] })
@@ -83,6 +87,23 @@ test('runCode returns the chart data of a matplotlib figure', async () => {
   assert.equal(chart.elements.length, 1)
   assert.equal(chart.elements[0].label, 'squares')
   assert.deepEqual(chart.elements[0].points, [[1, 1], [2, 4], [3, 9]])
+})
+
+test('a pie chart\'s angles come without float noise', async () => {
+  const [fig] = (await sbx.runCode('import matplotlib.pyplot as plt\nplt.pie([90, 10], labels=["big", "small"])\nplt.show()')).results
+  assert.equal(fig.chart.type, 'pie')
+  assert.deepEqual(fig.chart.elements.map((e) => [e.label, e.angle]), [['big', 324], ['small', 36]])
+})
+
+test('PIL images shown or displayed are PNG results', async () => {
+  const ex = await sbx.runCode('from PIL import Image\nim = Image.new("RGB", (32, 16), "red")\nim.show()\ndisplay(im)')
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.results.length, 2)
+  for (const r of ex.results) {
+    const png = Buffer.from(r.png, 'base64')
+    assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+    assert.deepEqual([png.readUInt32BE(16), png.readUInt32BE(20)], [32, 16])
+  }
 })
 
 test('runCode reports a Python exception as ExecutionError and keeps state', async () => {
@@ -192,11 +213,46 @@ test('contexts are isolated, have their own cwd, can be listed, restarted and re
   await assert.rejects(patient.runCode('1', { context: ctx, requestTimeoutMs: 0 }), (err) => err instanceof NotFoundError)
 })
 
+test('the default contexts are listed: Python and JavaScript', async () => {
+  const byLang = Object.fromEntries((await sbx.listCodeContexts()).map((c) => [c.language, c]))
+  assert.ok(byLang.python && byLang.javascript, `contexts ${JSON.stringify(Object.values(byLang))}`)
+  assert.equal(byLang.javascript.cwd, '/home/user')
+  const ex = await sbx.runCode('console.log(6 * 7)', { context: byLang.javascript })
+  assert.deepEqual(ex.logs.stdout, ['42\n'])
+})
+
+test('a context in a directory the user cannot enter is refused and the sandbox lives on', async () => {
+  // This used to panic the agent: the sandbox died and later calls got 502.
+  await assert.rejects(sbx.createCodeContext({ cwd: '/root' }), (err) => /403|may not enter/.test(err.message))
+  assert.equal((await sbx.runCode('6 * 7')).text, '42')
+  assert.equal(await sbx.isRunning(), true)
+})
+
+test('the code interpreter answers GET :49999/health inside the sandbox', async () => {
+  const r = await sbx.commands.run('curl -sS -m 20 -w " %{http_code} %{content_type}" http://localhost:49999/health')
+  assert.equal(r.stdout, '"OK" 200 application/json')
+})
+
 test('runCode runs JavaScript with language js', async () => {
   const ex = await sbx.runCode('const a = 20\nconsole.log("from node")\na * 2 + 2', { language: 'js' })
   assert.equal(ex.error, undefined)
   assert.deepEqual(ex.logs.stdout, ['from node\n'])
   assert.equal(ex.text, '42')
+})
+
+test('JavaScript cells accept ES-module import syntax', async () => {
+  const ex = await sbx.runCode('import fs from "node:fs"\nimport { join, basename as base } from "path"\nimport * as os from "os"\nbase(join("a", "b.txt")) + " " + fs.existsSync("/") + " " + (typeof os.platform)', { language: 'js' })
+  assert.equal(ex.error, undefined)
+  assert.equal(ex.text, 'b.txt true function')
+  // What a cell imported stays defined, as in a module's scope.
+  assert.equal((await sbx.runCode('typeof fs.readFileSync', { language: 'js' })).text, 'function')
+})
+
+test('Java cells accept snippets: statements, methods and a last expression, without a class', async () => {
+  const ex = await sbx.runCode('int twice(int n) { return 2 * n; }\nint x = 20;\nSystem.out.println(twice(x) + 2);\n"x is " + x', { language: 'java' })
+  assert.equal(ex.error, undefined)
+  assert.deepEqual(ex.logs.stdout, ['42\n'])
+  assert.equal(ex.text, 'x is 20')
 })
 
 test('runCode runs TypeScript with language ts, types and all', async () => {

@@ -84,7 +84,9 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 			}
 		}()
 	}
-	id, err := in.send(in.shell, "execute_request", executeRequest{Code: code, StoreHistory: true,
+	// A hidden execution stays out of the history, and so out of the
+	// execution count.
+	id, err := in.send(in.shell, "execute_request", executeRequest{Code: code, StoreHistory: !kernel.IsHidden(ctx),
 		UserExpressions: map[string]any{}})
 	if err != nil {
 		return 0, err

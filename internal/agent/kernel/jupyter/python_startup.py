@@ -4,8 +4,10 @@
 # structured data besides their pictures and HTML:
 #   e2b/data   a pandas DataFrame as {column: [values...]}
 #   e2b/chart  a matplotlib Figure as a chart description (type, title,
-#              axes, labels, units, ticks, scales and the plotted data)
-# Neither imports pandas or matplotlib: they are registered by name and
+#              axes, labels, units, ticks, scales and the plotted data,
+#              without float noise)
+# and makes PIL's Image.show() display the image (a PNG result).
+# Neither formatter imports pandas or matplotlib: they are registered by name and
 # used only once the user's code has made such an object. Everything is
 # defined inside one function, so the user's namespace stays clean.
 
@@ -57,6 +59,18 @@ def _kiln_startup():
             pass
         return str(v)
 
+    def num(v):
+        """A chart's number without float noise: a value within 1e-7 of a
+        decimal of at most 6 significant digits is that decimal (a pie
+        wedge of 324 degrees is 324, not matplotlib's 323.99999141693115,
+        and 0.1 + 0.2 is 0.3)."""
+        v = plain(v)
+        if isinstance(v, float) and math.isfinite(v) and v != int(v):
+            r = float("%.6g" % v)
+            if abs(r - v) <= 1e-7 * abs(v):
+                return r
+        return v
+
     def dataframe(df):
         return {str(col): [plain(x) for x in df[col].tolist()] for col in df.columns}
 
@@ -95,7 +109,7 @@ def _kiln_startup():
             try:
                 return mdates.num2date(v).isoformat()
             except Exception:
-                return plain(v)
+                return num(v)
         if kind == "categorical":
             axis = ax.xaxis if which == "x" else ax.yaxis
             try:
@@ -105,7 +119,7 @@ def _kiln_startup():
                         return str(name)
             except Exception:
                 pass
-        return plain(v)
+        return num(v)
 
     def ticks(ax, which, kind):
         if which == "x":
@@ -157,7 +171,7 @@ def _kiln_startup():
             d = abs(float(loc) - pos)
             if dist is None or d < dist:
                 best, dist = lab.get_text(), d
-        return best if best else plain(pos)
+        return best if best else num(pos)
 
     def bar_chart(ax, containers):
         c = chart2d(ax, "bar")
@@ -171,14 +185,14 @@ def _kiln_startup():
                 else:
                     label = tick_label_at(ax, "x", rect.get_x() + rect.get_width() / 2)
                     v = rect.get_height()
-                c["elements"].append({"label": label, "group": group, "value": plain(float(v))})
+                c["elements"].append({"label": label, "group": group, "value": num(float(v))})
         return c
 
     def pie_chart(ax, wedges):
         c = base(ax, "pie")
         for i, w in enumerate(wedges):
             c["elements"].append({"label": user_label(w, "slice %d" % i),
-                                  "angle": plain(float(w.theta2 - w.theta1)), "radius": plain(float(w.r))})
+                                  "angle": num(float(w.theta2 - w.theta1)), "radius": num(float(w.r))})
         return c
 
     def box_chart(ax, boxes):
@@ -201,9 +215,9 @@ def _kiln_startup():
                     lo, hi = min(lo, *ys), max(hi, *ys)
                 elif len(ys) == 2 and ys[0] == ys[1] and q1 < ys[0] < q3 and abs(xs[0] - xs[1]) >= (right - left) * 0.9:
                     median = ys[0]
-            c["elements"].append({"label": tick_label_at(ax, "x", mid), "min": plain(lo), "first_quartile": plain(q1),
-                                  "median": plain(median if median is not None else (q1 + q3) / 2),
-                                  "third_quartile": plain(q3), "max": plain(hi), "outliers": [plain(o) for o in outliers]})
+            c["elements"].append({"label": tick_label_at(ax, "x", mid), "min": num(lo), "first_quartile": num(q1),
+                                  "median": num(median if median is not None else (q1 + q3) / 2),
+                                  "third_quartile": num(q3), "max": num(hi), "outliers": [num(o) for o in outliers]})
         return c
 
     def boxes_of(ax):
@@ -284,6 +298,19 @@ def _kiln_startup():
                 return figure(obj)
             except Exception:
                 return None
+
+    # PIL images: Image.show() displays the image, a PNG result (as
+    # E2B's kernels do), rather than looking for an image viewer.
+    try:
+        from PIL import Image as pil_image
+        from IPython.display import display
+
+        def show(self, *args, **kwargs):
+            display(self)
+
+        pil_image.Image.show = show
+    except Exception:  # no PIL
+        pass
 
     formatters = shell.display_formatter.formatters
     data = DataFormatter(parent=shell.display_formatter)

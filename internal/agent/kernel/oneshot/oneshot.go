@@ -37,6 +37,9 @@ type toolchain struct {
 	run     func(src string) []string
 	// env adds variables the steps need unless the user set them.
 	env func(o kernel.Options) []string
+	// snippet, if set, turns a cell into the program to compile, and
+	// says whether the program writes a result (see javaSnippet).
+	snippet func(code string, asStatement bool) (program string, result bool)
 }
 
 var javaPublicClass = regexp.MustCompile(`(?m)^\s*public\s+(?:(?:final|abstract|strictfp)\s+)*class\s+([A-Za-z_$][A-Za-z0-9_$]*)`)
@@ -74,6 +77,7 @@ var toolchains = map[string]toolchain{
 			}
 			return "Main.java"
 		},
+		snippet: javaSnippet,
 		compile: func(src string) []string { return []string{"javac", "-encoding", "UTF-8", "-d", ".", src} },
 		run: func(src string) []string {
 			return []string{"java", "-Dfile.encoding=UTF-8", "-Dstdout.encoding=UTF-8", "-XX:+UseSerialGC",
@@ -146,7 +150,9 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	if closed {
 		return 0, errClosed
 	}
-	k.count++
+	if !kernel.IsHidden(ctx) {
+		k.count++
+	}
 	n := k.count
 
 	dir, err := k.workDir()
@@ -155,11 +161,9 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	}
 	defer os.RemoveAll(dir)
 	src := k.tc.source(code)
-	if err := os.WriteFile(filepath.Join(dir, src), []byte(code), 0o644); err != nil {
-		return n, fmt.Errorf("writing source: %w", err)
-	}
-	if err := k.chown(filepath.Join(dir, src)); err != nil {
-		return n, err
+	program, result := code, false
+	if k.tc.snippet != nil {
+		program, result = k.tc.snippet(code, false)
 	}
 	stepEnv := append(append([]string(nil), k.opts.Env...), k.toolEnv()...)
 	for key, v := range env {
@@ -167,8 +171,13 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	}
 
 	var out limitedBuffer
-	capture := func(ev api.Event) error { out.Write(ev.Data); return nil }
-	st, err := k.step(ctx, dir, stepEnv, k.tc.compile(src), capture)
+	st, err := k.compile(ctx, dir, src, program, stepEnv, &out)
+	if err == nil && st.code != 0 && result && strings.Contains(out.String(), "'void' type not allowed here") {
+		// The last expression was a call of a void method: a statement.
+		program, result = k.tc.snippet(code, true)
+		out = limitedBuffer{}
+		st, err = k.compile(ctx, dir, src, program, stepEnv, &out)
+	}
 	if err != nil {
 		return n, interrupted(ctx, err, emit)
 	}
@@ -194,8 +203,42 @@ func (k *Kernel) Execute(ctx context.Context, code string, env map[string]string
 	case st.code != 0:
 		return n, emitError(emit, exitError(st.code))
 	}
+	if result {
+		return n, emitResult(dir, emit)
+	}
 	return n, nil
 }
+
+// compile writes program to src in dir and compiles it, its output to out.
+func (k *Kernel) compile(ctx context.Context, dir, src, program string, env []string, out *limitedBuffer) (status, error) {
+	if err := os.WriteFile(filepath.Join(dir, src), []byte(program), 0o644); err != nil {
+		return status{}, fmt.Errorf("writing source: %w", err)
+	}
+	if err := k.chown(filepath.Join(dir, src)); err != nil {
+		return status{}, err
+	}
+	return k.step(ctx, dir, env, k.tc.compile(src), func(ev api.Event) error { out.Write(ev.Data); return nil })
+}
+
+// emitResult reports the value a snippet's last expression wrote to
+// javaResultFile as the cell's main result.
+func emitResult(dir string, emit func(api.Event) error) error {
+	b, err := os.ReadFile(filepath.Join(dir, javaResultFile))
+	if err != nil {
+		return nil // the program ended before it got there
+	}
+	if len(b) > maxResult {
+		b = b[:maxResult]
+	}
+	ev := api.Event{Type: api.EventResult, Result: &api.Result{IsMainResult: true, Data: map[string]string{"text/plain": string(b)}}}
+	if err := emit(ev); err != nil {
+		return fmt.Errorf("emitting event: %w", err)
+	}
+	return nil
+}
+
+// maxResult bounds a snippet's result text.
+const maxResult = 1 << 20
 
 func emitError(emit func(api.Event) error, ee *api.ExecutionError) error {
 	if err := emit(api.Event{Type: api.EventExecutionError, ExecutionError: ee}); err != nil {

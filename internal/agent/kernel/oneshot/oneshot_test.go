@@ -158,3 +158,52 @@ func TestUnknownLanguage(t *testing.T) {
 		t.Error("New(cobol) succeeded")
 	}
 }
+
+// Java cells may be snippets, as in jshell: statements, methods, imports
+// and a last expression (the cell's result) without a class.
+func TestJavaSnippets(t *testing.T) {
+	if _, err := exec.LookPath("javac"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("javac is required in CI: %v", err)
+		}
+		t.Skipf("javac not installed: %v", err)
+	}
+	k, err := New("java")(context.Background(), kernel.Options{Cwd: t.TempDir(), Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for _, tt := range []struct {
+		name, code, stdout, result, errName string
+	}{
+		{"statements", "int x = 20;\nSystem.out.println(x * 2 + 2);", "42\n", "", ""},
+		{"last expression", "int x = 20;\nx * 2 + 2", "", "42", ""},
+		{"void call last", "System.out.println(\"hi\")", "hi\n", "", ""},
+		{"imports and methods", "import java.util.*;\n// a helper\nstatic int twice(int n) { return 2 * n; }\nString greet(String who) { return \"hi \" + who; }\n" +
+			"List<Integer> xs = new ArrayList<>(List.of(3, 1, 2));\nCollections.sort(xs);\nfor (int v : xs) { System.out.print(twice(v)); }\nSystem.out.println();\ngreet(\"java\")",
+			"246\n", "hi java", ""},
+		{"if else and text", "String s = \"a;b}\";\nif (s.length() > 3) { System.out.println(\"long\"); } else { System.out.println(\"short\"); }", "long\n", "", ""},
+		{"compile error", "int x = ;", "", "", "CompileError"},
+		{"exception", "throw new IllegalStateException(\"boom\");", "", "", "ExitError"},
+		{"a program still works", "public class P { public static void main(String[] a) { System.out.println(\"p\"); } }", "p\n", "", ""},
+	} {
+		var out strings.Builder
+		var result, errName string
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, err := k.Execute(ctx, tt.code, nil, func(ev api.Event) error {
+			switch {
+			case ev.Type == api.EventStdout:
+				out.Write(ev.Data)
+			case ev.Result != nil && ev.Result.IsMainResult:
+				result = ev.Result.Data["text/plain"]
+			case ev.ExecutionError != nil:
+				errName = ev.ExecutionError.Name
+			}
+			return nil
+		})
+		cancel()
+		if err != nil || out.String() != tt.stdout || result != tt.result || errName != tt.errName {
+			t.Errorf("%s: stdout %q result %q error %q (%v); want %q %q %q", tt.name, out.String(), result, errName, err, tt.stdout, tt.result, tt.errName)
+		}
+	}
+}

@@ -316,6 +316,101 @@ function wrapAwait(src) {
   return compiles(code) ? code : null;
 }
 
+// ---- ES module imports ----
+// A cell is a script, where `import x from 'm'` is a syntax error; as in
+// E2B's JavaScript kernel, such top-level import declarations become
+// declarations of what `await import('m')` returns, which the
+// top-level-await rewrite then makes globals.
+function rewriteImports(src) {
+  const toks = scan(src).filter((t) => t.type !== 'nl');
+  const edits = [];
+  const quoted = (t) => t && t.type === 'str' && /^["']/.test(t.v);
+  for (let k = 0; k < toks.length; k++) {
+    const t = toks[k];
+    if (t.type !== 'id' || t.v !== 'import' || (k > 0 && toks[k - 1].v === '.')) continue; // not obj.import
+    let j = k + 1;
+    const next = toks[j];
+    if (next && next.v === '(') { // import(): the driver's own, see importDynamic
+      let close = j + 1;
+      while (close < toks.length && !(toks[close].v === ')' && toks[close].depth === t.depth)) close++;
+      const after = toks[close + 1];
+      if (!after || after.v !== '{') edits.push([t.start, t.end, '__kiln_import']); // else a method named import
+      continue;
+    }
+    if (!next || next.v === '.') continue; // import.meta
+    const prev = toks[k - 1];
+    if (t.depth !== 0 || (prev && !(prev.type === 'punct' && (prev.v === ';' || prev.v === '}')) &&
+        src.slice(prev.end, t.start).indexOf('\n') < 0)) continue; // not a declaration
+    let def = null, ns = null, named = null, spec = null;
+    if (quoted(next)) {
+      spec = next;
+    } else {
+      if (next.type === 'id' && next.v !== 'from') { def = next.v; j++; if (toks[j] && toks[j].v === ',') j++; }
+      if (toks[j] && toks[j].v === '*' && toks[j + 1] && toks[j + 1].v === 'as' && toks[j + 2] && toks[j + 2].type === 'id') {
+        ns = toks[j + 2].v;
+        j += 3;
+      } else if (toks[j] && toks[j].v === '{') {
+        named = [];
+        j++;
+        while (toks[j] && toks[j].v !== '}') {
+          const name = toks[j];
+          if (name.type !== 'id') { named = null; break; }
+          let local = name.v;
+          if (toks[j + 1] && toks[j + 1].v === 'as' && toks[j + 2] && toks[j + 2].type === 'id') { local = toks[j + 2].v; j += 2; }
+          named.push(name.v === local ? local : name.v + ': ' + local);
+          j++;
+          if (toks[j] && toks[j].v === ',') j++;
+        }
+        if (named === null || !toks[j]) continue;
+        j++;
+      }
+      if (!toks[j] || toks[j].v !== 'from' || !quoted(toks[j + 1])) continue;
+      spec = toks[j + 1];
+    }
+    let end = spec.end;
+    let m = toks.indexOf(spec) + 1;
+    if (toks[m] && (toks[m].v === 'assert' || toks[m].v === 'with') && toks[m + 1] && toks[m + 1].v === '{') {
+      while (toks[m] && toks[m].v !== '}') m++;
+      if (toks[m]) { end = toks[m].end; m++; }
+    }
+    if (toks[m] && toks[m].v === ';') end = toks[m].end;
+    const load = '(await __kiln_import(' + spec.v + '))';
+    let decl;
+    if (ns !== null) decl = 'const ' + ns + ' = ' + load + (def !== null ? ', ' + def + ' = ' + ns + '.default' : '') + ';';
+    else if (named !== null) decl = 'const {' + (def !== null ? ['default: ' + def, ...named] : named).join(', ') + '} = ' + load + ';';
+    else if (def !== null) decl = 'const ' + def + ' = ' + load + '.default;';
+    else decl = 'await __kiln_import(' + spec.v + ');';
+    // Keep the cell's line numbers.
+    const lines = src.slice(t.start, end).split('\n').length - 1;
+    edits.push([t.start, end, decl + '\n'.repeat(lines)]);
+  }
+  let out = '';
+  let pos = 0;
+  for (const [from, to, text] of edits) {
+    out += src.slice(pos, from) + text;
+    pos = to;
+  }
+  return edits.length ? out + src.slice(pos) : null;
+}
+
+// importDynamic loads what a cell's import() names (cells call it as
+// __kiln_import: import() in a vm script would need
+// --experimental-vm-modules): built-in modules by name, anything else
+// resolved from the working directory as require would (node_modules
+// there, relative paths), else as given.
+function importDynamic(specifier) {
+  specifier = String(specifier);
+  let target = specifier;
+  if (!require('module').isBuiltin(specifier)) {
+    try {
+      target = require('url').pathToFileURL(g.require.resolve(specifier)).href;
+    } catch {}
+  }
+  return import(target);
+}
+
+Object.defineProperty(g, '__kiln_import', { value: importDynamic });
+
 // ---- TypeScript ----
 let ts; // the typescript module, if one is installed
 function transpile(src) {
@@ -348,6 +443,8 @@ async function evaluate(src, id) {
     try { script = new vm.Script('(' + src + '\n)', { filename }); } catch {} // an object literal
   }
   if (script === null) {
+    const imported = /\bimport\b/.test(src) ? rewriteImports(src) : null;
+    if (imported !== null) src = imported;
     try {
       script = new vm.Script(src, { filename });
     } catch (e) {

@@ -39,6 +39,25 @@ func TestNode(t *testing.T) {
 	})
 }
 
+// Cells accept ES-module import declarations, as E2B's JavaScript kernel
+// does: default, namespace, named (with renames), side-effect only, over
+// several lines; what they import stays defined in later cells.
+func TestNodeImports(t *testing.T) {
+	k := start(t, NewNode, "node")
+	check(t, k, []cell{
+		{name: "default", code: "import fs from 'fs'\ntypeof fs.readFileSync", result: "'function'"},
+		{name: "persists", code: "typeof fs.existsSync", result: "'function'"},
+		{name: "named with rename, node: scheme", code: "import { join, basename as base } from \"node:path\";\nbase(join('a', 'b.txt'))", result: "'b.txt'"},
+		{name: "namespace and default", code: "import os, * as osNS from 'os'\nos === osNS.default && typeof osNS.platform", result: "'function'"},
+		{name: "over lines, then code", code: "import {\n  createHash,\n} from 'crypto'\nconst h = createHash('sha1').update('x').digest('hex').slice(0, 6)\nh", result: "'11f6ad'"},
+		{name: "side effect only", code: "import 'util'\n'loaded'", result: "'loaded'"},
+		{name: "dynamic import", code: "(await import('path')).sep", result: "'/'"},
+		{name: "missing module", code: "import nope from 'no-such-module-kiln'", errName: "Error", errValue: "no-such-module-kiln"},
+		{name: "a method named import", code: "const o = { import(x) { return x + 1 } }\no.import(1)", result: "2"},
+		{name: "a string is not an import", code: "'import x from \"y\"'", result: "'import x from \"y\"'"},
+	})
+}
+
 func TestNodeStreamsLive(t *testing.T) {
 	k := start(t, NewNode, "node")
 	o := execute(t, k, "for (let i = 0; i < 3; i++) { console.log(i); await new Promise(r => setTimeout(r, 300)) }", nil, 0)

@@ -62,7 +62,9 @@ func (k *replKernel) Execute(ctx context.Context, code string, env map[string]st
 	if err != nil {
 		return 0, err
 	}
-	k.count++
+	if !kernel.IsHidden(ctx) {
+		k.count++
+	}
 	n := k.count
 	k.seq++
 	id := k.seq
