@@ -114,7 +114,7 @@ func CodeInterpreter() *Recipe {
 		// Python kernel and libraries.
 		"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
 		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
-		"python3-openpyxl", "python3-requests",
+		"python3-openpyxl", "python3-requests", "python3-pil",
 		// Other languages.
 		// node-typescript: the TypeScript kernel transpiles cells with it
 		// (node 18 cannot strip types itself).
