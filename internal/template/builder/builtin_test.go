@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -91,5 +92,33 @@ func TestDebianBaseRefusedByServers(t *testing.T) {
 	}
 	if builds, _ := e.b.List(context.Background(), "alice", "", 10); len(builds) != 0 {
 		t.Errorf("a refused build was recorded: %+v", builds)
+	}
+}
+
+// A Debian base that cannot be made (the mirror is unreachable) fails the
+// build at its base, with debootstrap's own words, and leaves nothing:
+// no layer, pending or published, no mount, no build sandbox.
+func TestDebianBaseFailure(t *testing.T) {
+	e := newEnvWith(t, "runsc", func(_ *sandbox.Config, b *builder.Config) {
+		b.DebianMirror, b.DebianCache = "http://127.0.0.1:1/debian", t.TempDir()
+	})
+	rec, log := e.build("", "deb", api.TemplateSpec{
+		From:  api.TemplateBase{Debian: &api.DebianBase{Suite: "bookworm", Variant: "minbase", Packages: []string{"curl"}}},
+		Steps: []api.TemplateStep{{Type: api.StepRun, Args: []string{"true"}}}})
+	if rec.Status != template.BuildError || !strings.HasPrefix(rec.Reason, "base: debootstrap: debootstrap exited with status") ||
+		!strings.Contains(rec.Reason, "127.0.0.1:1") {
+		t.Fatalf("build: %s %q, want it failed at its base with debootstrap's output%s", rec.Status, rec.Reason, lines(log))
+	}
+	if ks := e.storedLayers(); len(ks) != 0 {
+		t.Errorf("layers left: %v", ks)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(e.dataDir, "layers", "tmp")); len(tmp) != 0 {
+		t.Errorf("pending layers left: %v", tmp)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), filepath.Join(e.dataDir, "layers")) {
+		t.Errorf("mounts left under the layer store:\n%s", mi)
+	}
+	if n := e.liveBuildSandboxes(); n != 0 {
+		t.Errorf("%d build sandboxes left", n)
 	}
 }

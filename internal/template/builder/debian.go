@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/layer"
 )
@@ -71,6 +72,13 @@ func (r *run) bootstrap(ctx context.Context, d *api.DebianBase, key string) (*la
 	out := r.outputWriter()
 	defer out.Close()
 	fail := func(what string, err error) (*layer.Layer, error) {
+		// debootstrap mounts /proc and /sys in the new root while it
+		// works: an interrupted one leaves them.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if uerr := rootfs.Unmount(uctx, root); uerr != nil {
+			r.b.log.Warn("unmounting an interrupted Debian base", "build", r.rec.ID, "err", uerr)
+		}
 		_ = p.Discard()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
