@@ -68,11 +68,14 @@ type TemplateBase struct {
 // DebianBase is a Debian root filesystem made by debootstrap (Variant,
 // e.g. minbase, of Suite, with Include) and apt-get (Packages, without
 // recommends) from the host's Debian mirror, apt's caches and the
-// packages' docs removed.
+// packages' docs removed. With Template (a built-in template, itself
+// from Debian) instead of Suite, Variant and Include, Packages are
+// installed on top of that template's layers.
 type DebianBase struct {
-	Suite    string   `json:"suite"`
-	Variant  string   `json:"variant"`
+	Suite    string   `json:"suite,omitempty"`
+	Variant  string   `json:"variant,omitempty"`
 	Include  []string `json:"include,omitempty"`
+	Template string   `json:"template,omitempty"`
 	Packages []string `json:"packages,omitempty"`
 }
 

@@ -82,11 +82,33 @@ func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags
 		}
 		sort.Strings(names)
 	}
-	for _, n := range names {
-		if _, ok := recipes[n]; !ok {
+	// Each after the built-in it is made from.
+	var order []string
+	seen := map[string]bool{}
+	var add func(n string) error
+	add = func(n string) error {
+		rc, ok := recipes[n]
+		if !ok {
 			return fmt.Errorf("unknown built-in template %q (to build a Dockerfile on a server: kiln template build -t NAME -f Dockerfile CONTEXT_DIR)", n)
 		}
+		if seen[n] {
+			return nil
+		}
+		seen[n] = true
+		if d := rc.Spec.From.Debian; d != nil && recipes[d.Template] != nil {
+			if err := add(d.Template); err != nil {
+				return err
+			}
+		}
+		order = append(order, n)
+		return nil
 	}
+	for _, n := range names {
+		if err := add(n); err != nil {
+			return err
+		}
+	}
+	names = order
 	b, closeBuilder, err := localBuilder(ctx, cfg)
 	if err != nil {
 		return err

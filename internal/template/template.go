@@ -100,17 +100,15 @@ func Base() *Recipe {
 }
 
 // CodeInterpreter is the recipe of the code-interpreter template: the base
-// template's packages plus Jupyter kernels for Python (with the usual
-// data-science libraries) and R, Node.js with TypeScript, and toolchains
-// for Go, Rust, C, C++ and Java. Every package comes from Debian, so the
-// build needs only the Debian mirror. Matplotlib draws to the inline
-// backend, so figures come back as image/png results.
+// template (its layers, shared) plus Jupyter kernels for Python (with the
+// usual data-science libraries) and R, Node.js with TypeScript, and
+// toolchains for Go, Rust, C, C++ and Java. Every package comes from
+// Debian, so the build needs only the Debian mirror. Matplotlib draws to
+// the inline backend, so figures come back as image/png results.
 func CodeInterpreter() *Recipe {
 	const mplConfig = "/home/user/.config/matplotlib"
-	r := Base()
-	r.Name = "code-interpreter"
-	d := *r.Spec.From.Debian
-	d.Packages = append(slices.Clone(basePackages),
+	r := &Recipe{Name: "code-interpreter"}
+	r.Spec.From.Debian = &api.DebianBase{Template: "base", Packages: []string{
 		// Python kernel and libraries.
 		"python3-ipykernel", "python3-numpy", "python3-pandas", "python3-matplotlib",
 		"python3-matplotlib-inline", "python3-scipy", "python3-seaborn", "python3-sklearn",
@@ -123,10 +121,8 @@ func CodeInterpreter() *Recipe {
 		// gcc only recommends the C library headers; without recommends
 		// they must be named.
 		"gcc", "g++", "make", "libc6-dev",
-	)
-	r.Spec.From.Debian = &d
+	}}
 	r.Spec.Steps = append([]api.TemplateStep{
-		run(userSetup),
 		env("LANG", "C.UTF-8", "MPLBACKEND", "module://matplotlib_inline.backend_inline", "MPLCONFIGDIR", mplConfig),
 		// Build matplotlib's font cache once, as the user, so the first
 		// plot in a sandbox does not pay for it.

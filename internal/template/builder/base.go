@@ -45,12 +45,7 @@ func (r *run) fromTemplate(ctx context.Context, ref string) error {
 		return fmt.Errorf("template %s: %w", ref, err)
 	}
 	if t.Build == "" { // a built-in
-		if len(t.Layers) == 0 {
-			r.push(nil, builtinPrefix+t.Name+":"+t.Hash, t.Rootfs)
-		}
-		for i, dir := range t.Layers {
-			r.push(nil, fmt.Sprintf("%s%s:%s:%d", builtinPrefix, t.Name, t.Hash, i), dir)
-		}
+		r.pushBuiltin(t)
 		r.setBase(template.Config{Defaults: t.Defaults})
 		return nil
 	}
@@ -78,6 +73,16 @@ func (r *run) fromTemplate(ctx context.Context, ref string) error {
 	}
 	r.setBase(rec.Config)
 	return nil
+}
+
+// pushBuiltin puts a built-in template's layers on the stack.
+func (r *run) pushBuiltin(t *template.Template) {
+	if len(t.Layers) == 0 {
+		r.push(nil, builtinPrefix+t.Name+":"+t.Hash, t.Rootfs)
+	}
+	for i, dir := range t.Layers {
+		r.push(nil, fmt.Sprintf("%s%s:%s:%d", builtinPrefix, t.Name, t.Hash, i), dir)
+	}
 }
 
 // builtinDir is the dir of a built-in template's layer "<name>:<hash>:<i>"

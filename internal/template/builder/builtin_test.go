@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -72,14 +73,26 @@ func TestBuiltinsAreEngineBuilds(t *testing.T) {
 			if got.Defaults.User != "user" || got.Defaults.Workdir != "/home/user" || got.Defaults.Env["LANG"] != "C.UTF-8" {
 				t.Errorf("defaults %+v: want user in /home/user with LANG", got.Defaults)
 			}
-			for _, prefix := range []string{"[base] Debian", "[1/"} {
-				if l := find(log, prefix); !strings.HasSuffix(l, "CACHED") {
-					t.Errorf("%q: want it CACHED%s", l, lines(log))
+			if l := find(log, "[base] Debian"); !strings.HasSuffix(l, "CACHED") {
+				t.Errorf("%q: want it CACHED%s", l, lines(log))
+			}
+			runs := 0
+			for _, e := range log {
+				if !e.Output && runRE.MatchString(e.Message) {
+					runs++
+					if !strings.HasSuffix(e.Message, "CACHED") {
+						t.Errorf("%q: want it CACHED", e.Message)
+					}
 				}
+			}
+			if runs == 0 {
+				t.Errorf("no RUN step in the log%s", lines(log))
 			}
 		})
 	}
 }
+
+var runRE = regexp.MustCompile(`^\[\d+/\d+\] RUN `)
 
 // A server's builder (no DebianMirror) refuses a Debian base: debootstrap
 // and package scripts would run as root on the host.
@@ -95,30 +108,45 @@ func TestDebianBaseRefusedByServers(t *testing.T) {
 	}
 }
 
-// A Debian base that cannot be made (the mirror is unreachable) fails the
-// build at its base, with debootstrap's own words, and leaves nothing:
-// no layer, pending or published, no mount, no build sandbox.
+// A Debian base that cannot be made (the mirror is unreachable, a package
+// does not exist) fails the build at its base, with the tool's own words,
+// and leaves nothing: no layer, pending or published, no mount, no
+// overlay, no build sandbox.
 func TestDebianBaseFailure(t *testing.T) {
 	e := newEnvWith(t, "runsc", func(_ *sandbox.Config, b *builder.Config) {
 		b.DebianMirror, b.DebianCache = "http://127.0.0.1:1/debian", t.TempDir()
 	})
-	rec, log := e.build("", "deb", api.TemplateSpec{
-		From:  api.TemplateBase{Debian: &api.DebianBase{Suite: "bookworm", Variant: "minbase", Packages: []string{"curl"}}},
-		Steps: []api.TemplateStep{{Type: api.StepRun, Args: []string{"true"}}}})
-	if rec.Status != template.BuildError || !strings.HasPrefix(rec.Reason, "base: debootstrap: debootstrap exited with status") ||
-		!strings.Contains(rec.Reason, "127.0.0.1:1") {
-		t.Fatalf("build: %s %q, want it failed at its base with debootstrap's output%s", rec.Status, rec.Reason, lines(log))
-	}
-	if ks := e.storedLayers(); len(ks) != 0 {
-		t.Errorf("layers left: %v", ks)
-	}
-	if tmp, _ := os.ReadDir(filepath.Join(e.dataDir, "layers", "tmp")); len(tmp) != 0 {
-		t.Errorf("pending layers left: %v", tmp)
-	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), filepath.Join(e.dataDir, "layers")) {
-		t.Errorf("mounts left under the layer store:\n%s", mi)
-	}
-	if n := e.liveBuildSandboxes(); n != 0 {
-		t.Errorf("%d build sandboxes left", n)
+	for _, tc := range []struct {
+		name   string
+		debian api.DebianBase
+		reason string
+	}{
+		{"debootstrap", api.DebianBase{Suite: "bookworm", Variant: "minbase", Packages: []string{"curl"}}, "base: debootstrap: debootstrap exited with status"},
+		// apt-get in an overlay of base's layers (from base's own mirror,
+		// or no network at all) finds no such package.
+		{"packages on base", api.DebianBase{Template: "base", Packages: []string{"kiln-no-such-package"}}, "base: installing packages: chroot exited with status"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, log := e.build("", "deb", api.TemplateSpec{From: api.TemplateBase{Debian: &tc.debian},
+				Steps: []api.TemplateStep{{Type: api.StepRun, Args: []string{"true"}}}})
+			if rec.Status != template.BuildError || !strings.HasPrefix(rec.Reason, tc.reason) || !strings.Contains(rec.Reason, "\n") {
+				t.Fatalf("build: %s %q, want it failed at its base (%q) with the tool's output%s", rec.Status, rec.Reason, tc.reason, lines(log))
+			}
+			if ks := e.storedLayers(); len(ks) != 0 {
+				t.Errorf("layers left: %v", ks)
+			}
+			if tmp, _ := os.ReadDir(filepath.Join(e.dataDir, "layers", "tmp")); len(tmp) != 0 {
+				t.Errorf("pending layers left: %v", tmp)
+			}
+			if _, err := os.Stat(filepath.Join(template.BuildDir(e.dataDir, rec.ID), "debian")); !os.IsNotExist(err) {
+				t.Errorf("the overlay's scratch dir is left: %v", err)
+			}
+			if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), e.dataDir) {
+				t.Errorf("mounts left under the data dir:\n%s", mi)
+			}
+			if n := e.liveBuildSandboxes(); n != 0 {
+				t.Errorf("%d build sandboxes left", n)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
@@ -31,7 +32,18 @@ var (
 // validDebian checks a Debian base's names: they go on debootstrap's and
 // apt-get's command lines.
 func validDebian(d *api.DebianBase) error {
-	for _, s := range append([]string{d.Suite, d.Variant}, append(d.Include, d.Packages...)...) {
+	names := append(slices.Clone(d.Include), d.Packages...)
+	if d.Template != "" {
+		if d.Suite != "" || d.Variant != "" || len(d.Include) > 0 || len(d.Packages) == 0 {
+			return invalid(-1, nil, "from.debian: with a template, give packages and no suite, variant or include")
+		}
+		if _, _, err := template.ParseRef(d.Template); err != nil {
+			return err
+		}
+	} else {
+		names = append(names, d.Suite, d.Variant)
+	}
+	for _, s := range names {
 		if !debianNameRE.MatchString(s) {
 			return invalid(-1, nil, "from.debian: %q is not a Debian suite, variant or package name", errdefs.ClipN(s, 80))
 		}
