@@ -102,7 +102,8 @@ func (r *run) build(ctx context.Context) error {
 	if err := checkStack(r.dirs); err != nil {
 		return err
 	}
-	if r.b.cfg.Network == sandbox.NetworkNone && slices.ContainsFunc(r.spec.Steps, func(st api.TemplateStep) bool { return st.Type == api.StepRun }) {
+	// (A Debian base brings its packages: its RUN steps need no network.)
+	if r.b.cfg.Network == sandbox.NetworkNone && r.spec.From.Debian == nil && slices.ContainsFunc(r.spec.Steps, func(st api.TemplateStep) bool { return st.Type == api.StepRun }) {
 		r.logf(levelWarn, "RUN steps have no network: this server runs without sandbox networking "+
 			"(kiln serve --network, or KILN_NETWORK=on, lets them reach package mirrors)")
 	}
