@@ -109,6 +109,23 @@ func TestSudo(t *testing.T) {
 						name, c.cmd, box.SB.User, r.Exit.Code, r.Stdout, r.Stderr, c.exit, c.want, c.stderrHas)
 				}
 			}
+			if name == "base" {
+				// The broker survives a pause (runsc: a checkpoint and
+				// restore of the agent and its socket).
+				if _, err := m.Pause(t.Context(), box.SB.ID); err != nil {
+					t.Fatalf("pause: %v", err)
+				}
+				if _, err := m.Resume(t.Context(), box.SB.ID); err != nil {
+					t.Fatalf("resume: %v", err)
+				}
+				var err error
+				if box.Agent, err = m.Agent(box.SB.ID); err != nil {
+					t.Fatal(err)
+				}
+				if r := as("sudo -n id -u"); r.Exit.Code != 0 || strings.TrimSpace(r.Stdout) != "0" {
+					t.Errorf("sudo after a pause: exit %d, %q %q", r.Exit.Code, r.Stdout, r.Stderr)
+				}
+			}
 			_ = m.Kill(t.Context(), box.SB.ID)
 		}
 	})
