@@ -69,6 +69,11 @@ func run(log *slog.Logger, cfg agent.Config) error {
 	ctx, stop := handleSignals(log, os.Getpid() == 1)
 	defer stop()
 
+	if cfg.SudoSocket != "" && cfg.PathDir != "" {
+		if _, err := sudo.Link(sudo.LinkDir, filepath.Join(cfg.PathDir, sudo.Name)); err != nil {
+			log.Warn("linking sudo into "+sudo.LinkDir, "err", err)
+		}
+	}
 	srv := agent.New(cfg, log)
 	go func() {
 		if err := srv.ServeSudo(ctx); err != nil {

@@ -1,6 +1,8 @@
 package sudo
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -91,5 +93,22 @@ func TestCommandEnv(t *testing.T) {
 				t.Errorf("%s: kept an invalid variable %q", c.name, kv)
 			}
 		}
+	}
+}
+
+func TestLink(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "usr", "local", "bin")
+	if made, err := Link(dir, "/.kiln/bin/sudo"); !made || err != nil {
+		t.Fatalf("Link: %v, %v", made, err)
+	}
+	if target, err := os.Readlink(filepath.Join(dir, "sudo")); err != nil || target != "/.kiln/bin/sudo" {
+		t.Errorf("link: %q, %v", target, err)
+	}
+	// A template's own sudo there (or the link of an earlier start) stays.
+	if made, err := Link(dir, "/elsewhere"); made || err != nil {
+		t.Errorf("Link again: %v, %v", made, err)
+	}
+	if target, _ := os.Readlink(filepath.Join(dir, "sudo")); target != "/.kiln/bin/sudo" {
+		t.Errorf("link replaced: %q", target)
 	}
 }

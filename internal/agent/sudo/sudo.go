@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 )
 
 // Name is the client's name: the agent's binary dispatches on it.
@@ -113,4 +115,27 @@ func readFrame(r io.Reader, head []byte, limit int, v any) error {
 		return fmt.Errorf("decoding message: %w", err)
 	}
 	return nil
+}
+
+// LinkDir is where the agent links the client too: first on the PATH
+// that login shells get from Debian's /etc/profile (E2B's SDKs run every
+// command with `bash -l`, which resets PATH) and before /usr/bin on
+// every usual one.
+const LinkDir = "/usr/local/bin"
+
+// Link makes dir/sudo a symbolic link to client, unless dir/sudo exists
+// (a template's own, or the link of an earlier start); it reports
+// whether it made one.
+func Link(dir, client string) (bool, error) {
+	link := filepath.Join(dir, Name)
+	if _, err := os.Lstat(link); err == nil || !errors.Is(err, os.ErrNotExist) {
+		return false, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, err
+	}
+	if err := os.Symlink(client, link); err != nil && !errors.Is(err, os.ErrExist) {
+		return false, err
+	}
+	return true, nil
 }

@@ -79,6 +79,9 @@ func TestSudo(t *testing.T) {
 				{cmd: "id -u", want: "1000"},
 				{cmd: "command -v sudo", want: "/.kiln/bin/sudo"},
 				{cmd: "sudo -n id -u", want: "0"},
+				// A login shell (E2B's SDKs run commands with bash -l) resets
+				// PATH; the agent's link in /usr/local/bin is on it.
+				{cmd: "bash -l -c 'command -v sudo; sudo -n id -u'", want: "/usr/local/bin/sudo\n0"},
 				{cmd: "sudo apt-get --version | head -n 1 | cut -d ' ' -f 1", want: "apt"},
 				{cmd: "echo hi | sudo tee /etc/x >/dev/null && cat /etc/x && stat -c %U /etc/x", want: "hi\nroot"},
 				{cmd: "sudo -u user id -un", want: "user"},
