@@ -13,11 +13,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/internal/agent"
+	"github.com/kiln-sh/kiln/internal/agent/sudo"
 )
 
 // shutdownGrace is how long processes get between SIGTERM and SIGKILL
@@ -25,6 +27,10 @@ import (
 const shutdownGrace = 2 * time.Second
 
 func main() {
+	if filepath.Base(os.Args[0]) == sudo.Name {
+		// The sandbox's sudo: the host links bin/sudo to this binary.
+		os.Exit(sudo.Main(os.Args[1:]))
+	}
 	version := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *version {
@@ -37,6 +43,10 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.ReapAll = true
+	cfg.PathDir = sudoDir()
+	if os.Getpid() == 1 {
+		cfg.SudoSocket = sudo.SocketPath
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).
 		With("component", "agent", "sandbox_id", cfg.SandboxID)
 	if err := run(log, cfg); err != nil {
@@ -59,7 +69,17 @@ func run(log *slog.Logger, cfg agent.Config) error {
 	ctx, stop := handleSignals(log, os.Getpid() == 1)
 	defer stop()
 
+	if cfg.SudoSocket != "" && cfg.PathDir != "" {
+		if _, err := sudo.Link(sudo.LinkDir, filepath.Join(cfg.PathDir, sudo.Name)); err != nil {
+			log.Warn("linking sudo into "+sudo.LinkDir, "err", err)
+		}
+	}
 	srv := agent.New(cfg, log)
+	go func() {
+		if err := srv.ServeSudo(ctx); err != nil {
+			log.Warn("sudo broker stopped", "err", err)
+		}
+	}()
 	log.Info("agent started", "version", agent.Version, "pid", os.Getpid(),
 		"memory_limit", cfg.MemoryLimit, "oom_guard", cfg.OOMGuard)
 	err := srv.Serve(ctx, os.Stdin, os.Stdout)
@@ -76,4 +96,18 @@ func run(log *slog.Logger, cfg agent.Config) error {
 		return nil
 	}
 	return fmt.Errorf("serving channel: %w", err)
+}
+
+// sudoDir is the dir of the sudo client next to this binary (the host
+// links <agent dir>/bin/sudo to it), or "" if there is none.
+func sudoDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	dir := filepath.Join(filepath.Dir(exe), "bin")
+	if _, err := os.Stat(filepath.Join(dir, sudo.Name)); err != nil {
+		return ""
+	}
+	return dir
 }

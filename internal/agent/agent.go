@@ -52,6 +52,7 @@ func New(cfg Config, log *slog.Logger) *Server {
 	s.procs = process.NewTable(process.Options{
 		Log:         log.With("component", "process"),
 		BaseEnv:     s.baseEnv(),
+		PathDir:     cfg.PathDir,
 		OutputLimit: cfg.OutputLimit,
 		ReplayBytes: cfg.ReplayBytes,
 		History:     cfg.History,

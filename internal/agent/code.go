@@ -215,12 +215,13 @@ func (s *Server) kernelOptions(user, cwd string, env map[string]string) (kernel.
 	if err := canEnter(dir, acct); err != nil {
 		return kernel.Options{}, err
 	}
-	return kernel.Options{Cwd: dir, Env: kernelEnv(s.baseEnv(), acct, env), UID: acct.uid, GID: acct.gid}, nil
+	return kernel.Options{Cwd: dir, Env: kernelEnv(s.baseEnv(), acct, env, s.cfg.PathDir), UID: acct.uid, GID: acct.gid}, nil
 }
 
 // kernelEnv layers defaults, the sandbox's environment, the user's
-// identity and the context's variables, as for processes.
-func kernelEnv(base []string, a account, extra map[string]string) []string {
+// identity and the context's variables, with pathDir first on PATH, as
+// for processes.
+func kernelEnv(base []string, a account, extra map[string]string, pathDir string) []string {
 	env := map[string]string{"PATH": process.DefaultPath, "LANG": "C.UTF-8"}
 	for _, kv := range base {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
@@ -234,6 +235,7 @@ func kernelEnv(base []string, a account, extra map[string]string) []string {
 	for k, v := range extra {
 		env[k] = v
 	}
+	env["PATH"] = process.PrependPath(env["PATH"], pathDir)
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

@@ -57,6 +57,13 @@ type Config struct {
 	// MemoryUsage reads the sandbox's memory use, for admitting kernels;
 	// nil: process.MemoryUsage. Not from the environment (tests).
 	MemoryUsage func() (int64, error)
+	// PathDir, if set, goes first on the PATH of every process and
+	// kernel: the dir of the sudo client (package sudo). Not from the
+	// environment: cmd/kiln-agent sets it.
+	PathDir string
+	// SudoSocket, if set, is where ServeSudo listens (sudo.SocketPath).
+	// Not from the environment: cmd/kiln-agent sets it as PID 1.
+	SudoSocket string
 	// ReapAll makes the agent reap every child with wait4(-1). Not from
 	// the environment: cmd/kiln-agent sets it (the agent is PID 1 or a
 	// child subreaper there); an agent embedded in a program that has

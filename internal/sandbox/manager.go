@@ -175,6 +175,9 @@ func installAgent(src, dataDir string) (string, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "pids"), 0o755); err != nil {
 		return "", fmt.Errorf("creating agent dir: %w", err)
 	}
+	if err := linkSudo(dir); err != nil {
+		return "", err
+	}
 	if _, err := os.Stat(dst); err == nil {
 		// Installed again: pruneAgents keeps it for another agentGrace.
 		now := time.Now()
@@ -191,6 +194,29 @@ func installAgent(src, dataDir string) (string, error) {
 		return "", fmt.Errorf("installing agent: %w", err)
 	}
 	return dir, nil
+}
+
+// linkSudo makes the agent dir's bin/sudo, a link to the agent: the agent
+// puts bin first on the PATH of what it runs, and run as "sudo" it is the
+// client of its own sudo broker (internal/agent/sudo), which works under
+// gVisor where the template's setuid sudo cannot.
+func linkSudo(dir string) error {
+	link := filepath.Join(dir, "bin", "sudo")
+	if target, err := os.Readlink(link); err == nil && target == "../kiln-agent" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("creating agent dir: %w", err)
+	}
+	tmp := link + ".tmp" + strconv.Itoa(os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Symlink("../kiln-agent", tmp); err != nil {
+		return fmt.Errorf("linking sudo: %w", err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("linking sudo: %w", err)
+	}
+	return nil
 }
 
 // agentGrace is how long an agent build stays after it was last installed:

@@ -22,9 +22,10 @@ type User struct {
 
 // buildEnv layers, lowest first: defaults (PATH, LANG=C.UTF-8), the
 // sandbox's base environment, the user's identity (HOME, USER, LOGNAME,
-// SHELL), TERM for terminals, then the caller's variables. Keys are
-// sorted so that children see a stable environment.
-func buildEnv(base []string, u User, pty bool, extra map[string]string) []string {
+// SHELL), TERM for terminals, then the caller's variables; pathDir (if
+// set) then goes first on PATH. Keys are sorted so that children see a
+// stable environment.
+func buildEnv(base []string, u User, pty bool, extra map[string]string, pathDir string) []string {
 	env := map[string]string{"PATH": DefaultPath, "LANG": "C.UTF-8"}
 	for _, kv := range base {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
@@ -45,6 +46,7 @@ func buildEnv(base []string, u User, pty bool, extra map[string]string) []string
 	for k, v := range extra {
 		env[k] = v
 	}
+	env["PATH"] = PrependPath(env["PATH"], pathDir)
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)
@@ -63,9 +65,22 @@ func getenv(env []string, key string) string {
 	return ""
 }
 
-// lookPath finds an executable the way a shell would, using the child's
+// PrependPath puts dir first on the search path path, unless dir is ""
+// or already on it: the agent's own commands (sudo, see package sudo)
+// come before the template's.
+func PrependPath(path, dir string) string {
+	switch {
+	case dir == "" || slices.Contains(filepath.SplitList(path), dir):
+		return path
+	case path == "":
+		return dir
+	}
+	return dir + string(filepath.ListSeparator) + path
+}
+
+// LookPath finds an executable the way a shell would, using the child's
 // PATH rather than the agent's.
-func lookPath(file, path string) (string, bool) {
+func LookPath(file, path string) (string, bool) {
 	if strings.Contains(file, "/") {
 		return file, isExecutable(file)
 	}

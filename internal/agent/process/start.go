@@ -28,8 +28,8 @@ func (t *Table) Start(s Spec) (*Process, *Subscription, error) {
 	if len(s.Args) == 0 || s.Args[0] == "" {
 		return nil, nil, apiErrorf(api.CodeInvalidArgument, "no command given")
 	}
-	env := buildEnv(*t.baseEnv.Load(), s.User, s.PTY != nil, s.Env)
-	argv0, ok := lookPath(s.Args[0], getenv(env, "PATH"))
+	env := buildEnv(*t.baseEnv.Load(), s.User, s.PTY != nil, s.Env, t.opts.PathDir)
+	argv0, ok := LookPath(s.Args[0], getenv(env, "PATH"))
 	if !ok {
 		return nil, nil, apiErrorf(api.CodeNotFound, "executable %q not found", s.Args[0])
 	}

@@ -42,6 +42,9 @@ type Options struct {
 	// BaseEnv is the sandbox's environment that children inherit (beneath
 	// the caller's variables); the agent strips its own KILN_* settings.
 	BaseEnv []string
+	// PathDir, if set, goes first on every process's PATH: the dir of
+	// the agent's sudo client (package sudo).
+	PathDir string
 	// OutputLimit is the default cap on a process's stdout+stderr bytes.
 	OutputLimit int64
 	// ReplayBytes bounds each process's replay buffer.

@@ -56,6 +56,11 @@ test('commands.run passes envs and cwd and runs as user by default', async () =>
   assert.equal(root.stdout, 'root\n/root\n')
 })
 
+test('sudo makes the user root, as in E2B\'s sandboxes (on every runtime)', async () => {
+  const r = await sbx.commands.run('sudo id -u; echo hi | sudo tee /etc/e2e-sudo >/dev/null; cat /etc/e2e-sudo')
+  assert.equal(r.stdout, '0\nhi\n')
+})
+
 test('onStdout and onStderr stream output while the command runs', async () => {
   // The command waits for a file that only the onStdout callback creates.
   const out = []
