@@ -5,12 +5,8 @@ import (
 	"context"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
@@ -31,37 +27,8 @@ func TestServeNetwork(t *testing.T) {
 	kiln := buildKiln(t)
 	dataDir := sharedDataDir(t)
 	addr := freeAddr(t)
-	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir, "--network")
-	cmd.Env = append(os.Environ(), "KILN_NETWORK_HOST_NS="+w.Host, "KILN_NETWORK_DNS="+w.Upstream()[0])
-	stdout, _ := cmd.StdoutPipe()
-	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		if t.Failed() {
-			logs, _ := os.ReadFile(logf.Name())
-			t.Logf("kiln serve log:\n%s", tail(string(logs)))
-		}
-	})
-	keyc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				keyc <- m[1]
-			}
-		}
-	}()
-	var key string
-	select {
-	case key = <-keyc:
-	case <-time.After(60 * time.Second):
-		t.Fatal("kiln serve printed no admin key")
-	}
+	key := serveKey(t, kiln, []string{"KILN_NETWORK_HOST_NS=" + w.Host, "KILN_NETWORK_DNS=" + w.Upstream()[0]},
+		"--listen", addr, "--data-dir", dataDir, "--network")
 	c := client.New("http://"+addr, key)
 	ctx := context.Background()
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Runtime: "runc",

@@ -60,6 +60,11 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.IntVar(&b.MaxConcurrent, "max-builds", b.MaxConcurrent, "template builds the server runs at once (KILN_MAX_BUILDS)")
 	fs.BoolVar(&b.LoopbackRegistries, "build-loopback-registries", b.LoopbackRegistries,
 		"let builds pull images from registries on this host's loopback (KILN_BUILD_LOOPBACK_REGISTRIES=1)")
+	pub := &cfg.Server.Public
+	fs.StringVar(&pub.Domain, "domain", pub.Domain,
+		`sandboxes' domain: E2B's sandbox.getHost(port) is PORT-ID.DOMAIN, served here (KILN_DOMAIN; default localhost:LISTEN_PORT)`)
+	fs.StringVar(&pub.TLSCert, "tls-cert", pub.TLSCert, "PEM certificate: serve HTTPS only, for the API and *.DOMAIN (KILN_TLS_CERT)")
+	fs.StringVar(&pub.TLSKey, "tls-key", pub.TLSKey, "PEM private key of --tls-cert (KILN_TLS_KEY)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -121,7 +126,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listening: %w", err)
 	}
-	if err := bootstrapKey(ctx, st, clientURL(ln.Addr())); err != nil {
+	domain := sandboxDomain(cfg.Server.Public, ln.Addr())
+	pln, err := publicListener(ln, cfg.Server.Public)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ln = pln
+	if err := bootstrapKey(ctx, st, clientURL(ln.Addr(), cfg.Server.Public.Scheme())); err != nil {
 		ln.Close()
 		return err
 	}
@@ -145,7 +157,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer bld.Close()
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
-		E2B:     &e2b.Options{Secret: secret},
+		E2B:     &e2b.Options{Secret: secret, Domain: domain},
 		Builder: bld, Templates: st, Catalog: catalog,
 	})
 	// Header and idle timeouts, and the cap on pending connections
@@ -154,7 +166,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime)
+	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "sandbox_domain", domain,
+		"version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime)
 
 	select {
 	case err := <-errc:
@@ -250,15 +263,15 @@ func bootstrapKey(ctx context.Context, st apikey.Store, url string) error {
 }
 
 // clientURL is the URL a local client reaches the listener at.
-func clientURL(addr net.Addr) string {
+func clientURL(addr net.Addr, scheme string) string {
 	host, port, err := net.SplitHostPort(addr.String())
 	if err != nil {
-		return "http://" + addr.String()
+		return scheme + "://" + addr.String()
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return scheme + "://" + net.JoinHostPort(host, port)
 }
 
 // raiseNofile sets the open files soft limit to the hard limit explicitly,

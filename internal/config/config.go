@@ -94,6 +94,8 @@ type Server struct {
 	Edge Edge
 	// Builds bounds template builds (builds.go).
 	Builds Builds
+	// Public is the sandboxes' domain and HTTPS (public.go).
+	Public Public
 }
 
 // Limits are the server-wide defaults and ceilings for sandboxes.
@@ -268,6 +270,7 @@ func FromEnv() Config {
 	}
 	c.Server.Edge = edgeFromEnv(c.Server.Edge)
 	c.Server.Builds = buildsFromEnv(c.Server.Builds)
+	c.Server.Public = publicFromEnv(c.Server.Public)
 	return c
 }
 
@@ -358,7 +361,7 @@ func (s Server) validate() error {
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))
 	}
-	errs = append(errs, s.Edge.validate(), s.Builds.validate())
+	errs = append(errs, s.Edge.validate(), s.Builds.validate(), s.Public.validate())
 	return errors.Join(errs...)
 }
 

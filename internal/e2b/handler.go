@@ -10,6 +10,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
 	"github.com/kiln-sh/kiln/internal/edge"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
@@ -117,7 +118,14 @@ func Routed(r *http.Request) bool {
 	return false
 }
 
-// ServeHTTP serves a request Routed picked.
+// Routed is the package's Routed, and also picks every host under the
+// sandboxes' domain (Options.Domain): one that names no sandbox port is
+// answered 404 rather than served Kiln's API.
+func (h *Handler) Routed(r *http.Request) bool {
+	return Routed(r) || h.underDomain(r.Host)
+}
+
+// ServeHTTP serves a request h.Routed picked.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Header.Get(headerSandboxID) != "" || r.Header.Get(headerSandboxPort) != "":
@@ -127,6 +135,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		if port, id, ok := hostTarget(r.Host); ok {
 			h.serveData(w, r, id, port)
+			return
+		}
+		if h.underDomain(r.Host) {
+			r.Pattern = "E2B bad host"
+			writeStatus(w, http.StatusNotFound, "host "+errdefs.ClipN(r.Host, 80)+
+				" names no sandbox port: want <port>-<sandbox id>."+h.o.Domain)
 			return
 		}
 		h.control.ServeHTTP(w, r)

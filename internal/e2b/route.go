@@ -36,10 +36,7 @@ var hostRE = regexp.MustCompile(`^([0-9]{1,5})-([a-z0-9]+)\.`)
 // :port suffix). The id must look like a sandbox id, so that a server
 // named e.g. 1-api.example.com keeps its API.
 func hostTarget(host string) (port int, id string, ok bool) {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	m := hostRE.FindStringSubmatch(strings.ToLower(host))
+	m := hostRE.FindStringSubmatch(hostname(host))
 	if m == nil {
 		return 0, "", false
 	}
@@ -51,6 +48,23 @@ func hostTarget(host string) (port int, id string, ok bool) {
 		return 0, "", false
 	}
 	return port, m[2], true
+}
+
+// underDomain reports whether host (with or without a :port suffix) is a
+// name under the sandboxes' domain, <something>.<domain>.
+func (h *Handler) underDomain(host string) bool {
+	if h.o.Domain == "" {
+		return false
+	}
+	return strings.HasSuffix(hostname(host), "."+hostname(h.o.Domain))
+}
+
+// hostname is host without its :port and trailing dot, in lower case.
+func hostname(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // signedFiles reports whether r is a header-less envd file URL made by

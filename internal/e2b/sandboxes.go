@@ -21,8 +21,11 @@ const clientID = "kiln"
 
 // Timeouts the SDKs rely on when they send none (seconds).
 const (
-	defaultTimeout        = 300 // create v2, connect v2
-	defaultTimeoutV1      = 15  // create v1 per E2B's spec (the SDKs always send one)
+	// defaultTimeout is a sandbox's life when create or connect names
+	// none: what the SDKs sent by default until e2b 2.51 stopped sending
+	// it. It applies to v1 creates too (E2B's spec says 15 there, but
+	// every SDK sent 300), so that both routes behave alike.
+	defaultTimeout        = 300
 	defaultResumeTimeout  = 15
 	defaultRefreshSeconds = 15
 )
@@ -57,8 +60,8 @@ func (h *Handler) registerControl() {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("Health check successful"))
 	})
-	h.route("POST /sandboxes", h.createV1)
-	h.route("POST /v2/sandboxes", h.createV2)
+	h.route("POST /sandboxes", h.create) // v1: e2b < 2.51, Python
+	h.route("POST /v2/sandboxes", h.create)
 	h.route("GET /sandboxes", h.listV1)
 	h.route("GET /v2/sandboxes", h.listV2)
 	h.route("GET /sandboxes/metrics", h.metricsMany)
@@ -96,17 +99,13 @@ func (h *Handler) route(pattern string, fn handlerFunc) {
 	})
 }
 
-func (h *Handler) createV1(w http.ResponseWriter, r *http.Request, c Caller) error {
-	return h.create(w, r, c, defaultTimeoutV1)
-}
-
-func (h *Handler) createV2(w http.ResponseWriter, r *http.Request, c Caller) error {
-	return h.create(w, r, c, defaultTimeout)
-}
-
 // create makes a sandbox. Every sandbox gets an envd access token, also
-// for v1 requests with secure=false: the SDKs then simply send it.
-func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTimeout int64) error {
+// for v1 requests with secure=false: the SDKs then simply send it. What
+// the body leaves out gets the defaults the SDKs used to send (e2b 2.51
+// sends only what its caller set): timeout 300 s, secure, internet
+// access on (networkOptions), no auto-pause; CPUs, memory and disk are
+// the server's (E2B's SDKs never sent them).
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var req newSandbox
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
@@ -114,7 +113,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller, defTi
 	if req.TemplateID == "" {
 		req.TemplateID = "base"
 	}
-	timeout := defTimeout
+	timeout := int64(defaultTimeout)
 	if req.Timeout != nil && *req.Timeout > 0 {
 		timeout = *req.Timeout
 	}

@@ -9,7 +9,7 @@ import (
 
 // mountE2B builds E2B's API (package e2b) from o, logging to log, behind
 // this server's edge (keys, admission, errors, request log, metrics), and
-// returns next with it in front: requests e2b.Routed picks go there, the
+// returns next with it in front: requests its Routed picks go there, the
 // rest to next. Its routes are not in Routes(): api/openapi.yaml
 // documents Kiln's own API.
 func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) http.Handler {
@@ -26,7 +26,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	}
 	h := e2b.New(eo)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e2b.Routed(r) {
+		if h.Routed(r) {
 			defer s.recover(w, r)
 			h.ServeHTTP(w, r)
 			return

@@ -57,6 +57,11 @@ func TestStockSDKs(t *testing.T) {
 			})
 		}
 	})
+	// After the pinned pair, not beside it: the machine may be small.
+	t.Run("sdk/newest", func(t *testing.T) {
+		dir := installNewest(t)
+		runNode(t, dir, srv)
+	})
 	// Each test file kills its sandboxes, and the quick-start programs theirs.
 	if ids := srv.Alive(t); len(ids) > 0 {
 		t.Errorf("sandboxes left after the JS tests: %v", ids)
@@ -119,13 +124,17 @@ func npmCI(t *testing.T, dir string) {
 // nodeTimeout bounds one SDK version's whole JS run.
 const nodeTimeout = 12 * time.Minute
 
-// runNode runs ../run.mjs in dir against srv, logging its output as it
+// runNode runs run.mjs in dir against srv, logging its output as it
 // comes, and fails with the names of the JS tests that failed.
 func runNode(t *testing.T, dir string, srv *servetest.Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "../run.mjs")
+	runMJS, err := filepath.Abs("run.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "node", runMJS)
 	cmd.Dir = dir
 	cmd.Env = sdkEnv(dir, srv)
 	// On timeout, end node's test-file processes too: they are its group.
@@ -156,7 +165,7 @@ func runNode(t *testing.T, dir string, srv *servetest.Server) {
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	err := cmd.Wait()
+	err = cmd.Wait()
 	pw.Close()
 	<-done
 	switch {
