@@ -24,7 +24,9 @@ import (
 
 // captureExclude are the paths a RUN step's layer leaves out: scratch
 // space and the files the sandbox runtime provides.
-var captureExclude = []string{"/tmp/*", "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/.kiln", "/.kiln/*"}
+// /usr/local/bin/sudo is the agent's link to its sudo (internal/agent/sudo),
+// made in every sandbox at start.
+var captureExclude = []string{"/tmp/*", "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/.kiln", "/.kiln/*", "/usr/local/bin/sudo"}
 
 // sandboxRun runs script with /bin/sh -c as user in a build sandbox and
 // publishes what it changed under key.
