@@ -22,7 +22,7 @@ func TestBuiltinTemplatesHaveTheUsualTools(t *testing.T) {
 	}{
 		{"curl", "curl --version", "curl ", false},
 		{"wget", "wget --version", "GNU Wget", false},
-		{"sudo", "visudo -c -q && sudo -n -l -U user", "(ALL : ALL) NOPASSWD: ALL", true},
+		{"sudo", "visudo -c -q && /usr/bin/sudo -n -l -U user", "(ALL : ALL) NOPASSWD: ALL", true},
 		{"python", "python --version", "Python 3.", false},
 		{"pip", "pip --version", "pip ", false},
 		{"node", "node --version", "v", false},
