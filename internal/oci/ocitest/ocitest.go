@@ -7,27 +7,30 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/rootfs"
+	"github.com/kiln-sh/kiln/internal/template"
 )
 
-// Template rootfs locations, in lookup order after $KILN_TEST_ROOTFS:
-// the base template that make setup builds.
-var templateRootfs = []string{
-	"/var/lib/kiln/templates/base/current/rootfs",
-}
-
-// Rootfs returns the template rootfs for tests: $KILN_TEST_ROOTFS if set,
-// else the first of templateRootfs that exists, else "".
+// Rootfs returns a root filesystem dir for tests: $KILN_TEST_ROOTFS if
+// set, else the bottom layer (Debian, made by debootstrap) of the base
+// template that make setup builds in the data dir, else "".
 func Rootfs() string {
 	if p := os.Getenv("KILN_TEST_ROOTFS"); p != "" {
 		return p
 	}
-	for _, p := range templateRootfs {
-		if _, err := os.Stat(filepath.Join(p, "bin")); err == nil {
-			return p
-		}
+	t, err := template.Lookup(config.FromEnv().DataDir, "base")
+	if err != nil {
+		return ""
 	}
-	return ""
+	p := t.Rootfs
+	if len(t.Layers) > 0 {
+		p = t.Layers[0]
+	}
+	if _, err := os.Stat(filepath.Join(p, "bin")); err != nil {
+		return ""
+	}
+	return p
 }
 
 // Require skips the test with reason unless ok; with CI=true it fails
