@@ -239,7 +239,8 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c Caller) error {
 }
 
 // setTimeout makes the sandbox expire timeout seconds from now (it may
-// shorten its life).
+// shorten its life); 0 expires it now, as on E2B: a running sandbox is
+// killed, or paused if its lifecycle says so, before the answer.
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var req timeoutRequest
 	if err := decodeJSON(w, r, &req); err != nil {
@@ -251,6 +252,18 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) e
 	sb, err := h.lookup(r, c)
 	if err != nil {
 		return err
+	}
+	if *req.Timeout == 0 {
+		// A paused sandbox has expired already: it stays as it is.
+		if sb.State == sandbox.StateRunning {
+			h.dying.Store(sb.ID, struct{}{}) // see kill
+			defer h.dying.Delete(sb.ID)
+			if _, err := h.m.ExpireNow(r.Context(), sb.ID); err != nil {
+				return fmt.Errorf("expiring sandbox: %w", err)
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	if _, err := h.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
 		return fmt.Errorf("setting timeout: %w", err)

@@ -54,6 +54,21 @@ test('setTimeout extends and shortens the lifetime', async () => {
   assert.equal(await sbx.isRunning(), true)
 })
 
+test('setTimeout(0) expires the sandbox now: killed, or paused with onTimeout pause', async () => {
+  const doomed = await sandbox(Sandbox, { metadata: { file: 'lifecycle', role: 'timeout0' } })
+  await doomed.setTimeout(0)
+  assert.equal(await doomed.isRunning(), false)
+  await assert.rejects(Sandbox.getInfo(doomed.sandboxId), (err) => err instanceof NotFoundError)
+
+  const napper = await sandbox(Sandbox, {
+    metadata: { file: 'lifecycle', role: 'timeout0-pause' },
+    lifecycle: { onTimeout: 'pause' },
+  })
+  await napper.setTimeout(0)
+  assert.equal(await napper.isRunning(), false)
+  assert.equal((await napper.getInfo()).state, 'paused')
+})
+
 async function listAll(opts) {
   const pager = Sandbox.list(opts)
   const pages = []
