@@ -178,7 +178,7 @@ func listed(sb sandbox.Sandbox) listedSandbox {
 	return listedSandbox{
 		SandboxID: sb.ID.String(), TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID,
 		CPUCount: cpuCount(sb.Limits.CPUs), MemoryMB: sb.Limits.MemoryBytes >> 20, DiskSizeMB: sb.Limits.DiskBytes >> 20,
-		StartedAt: sb.CreatedAt, EndAt: end, EnvdVersion: envd.Version, State: string(sb.State), Metadata: md,
+		StartedAt: stampOf(sb.CreatedAt), EndAt: stampOf(end), EnvdVersion: envd.Version, State: string(sb.State), Metadata: md,
 	}
 }
 

@@ -99,6 +99,14 @@ test('Sandbox.list filters by metadata and paginates', async () => {
   assert.deepEqual(none, [])
 })
 
+test('Sandbox.list startedAfter includes a sandbox started at that instant', async () => {
+  const { startedAt } = await sbx.getInfo()
+  const listed = async (startedAfter) =>
+    (await listAll({ query: { startedAfter, metadata: meta } })).flat().map((s) => s.sandboxId)
+  assert.deepEqual(await listed(startedAt), [sbx.sandboxId])
+  assert.deepEqual(await listed(new Date(startedAt.getTime() + 1)), [])
+})
+
 test('Sandbox.connect attaches to a running sandbox by id', async () => {
   await sbx.files.write('/tmp/connect.txt', 'before connect')
   const again = await Sandbox.connect(sbx.sandboxId)

@@ -25,6 +25,13 @@ test('getMetrics reports CPU, memory and disk', async () => {
   assert.ok(m.cpuUsedPct >= 0)
   assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `mem ${m.memUsed}/${m.memTotal}`)
   assert.ok(m.diskTotal > 0 && m.diskUsed <= m.diskTotal, `disk ${m.diskUsed}/${m.diskTotal}`)
+
+  // start and end bound the samples: none from a window an hour ago.
+  const hour = 3600_000
+  const old = await sbx.getMetrics({ start: new Date(Date.now() - 2 * hour), end: new Date(Date.now() - hour) })
+  assert.deepEqual(old, [])
+  const recent = await sbx.getMetrics({ start: new Date(Date.now() - hour), end: new Date(Date.now() + hour) })
+  assert.equal(recent.length, 1)
 })
 
 test('pause, list as paused, connect resumes with files and processes', async () => {
