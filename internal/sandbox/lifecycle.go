@@ -194,7 +194,7 @@ func (m *Manager) expireLocked(ctx context.Context, b *box) error {
 	case b.rec.State == StatePaused:
 		reason = fmt.Sprintf("paused for longer than %v", m.cfg.Limits.MaxPausedLifetime)
 	case b.rec.AutoPause:
-		_, err := m.pauseLocked(ctx, b)
+		_, err := m.pauseLocked(ctx, b, !autoPauseFiles(b.dir))
 		if err == nil {
 			log.Info("auto-paused expired sandbox")
 			return nil

@@ -34,6 +34,7 @@ const (
 	pathWarm    = "warm"    // a template's warm checkpoint restored
 	pathRestore = "restore" // a fork's or a snapshot's image restored as a new sandbox
 	pathResume  = "resume"  // a paused sandbox restored in place
+	pathReboot  = "reboot"  // a paused sandbox booted afresh on its layer
 	pathPool    = "pool"    // an unlisted sandbox (pool, warm build): its dir; then boot or warm
 )
 
