@@ -22,6 +22,7 @@ type newSandbox struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	AutoPause           bool              `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"` // false: autoPause keeps only the files
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *networkConfig    `json:"network"`
@@ -72,11 +73,18 @@ type lifecycle struct {
 }
 
 // connectRequest is the body of POST /sandboxes/{id}/connect (v1 and v2)
-// and of the deprecated POST /sandboxes/{id}/resume.
+// and of the deprecated POST /sandboxes/{id}/resume; memory false (the
+// SDK's onResume: "reboot") boots a paused sandbox afresh on its files.
 type connectRequest struct {
 	Timeout   *int64 `json:"timeout"`
 	Memory    *bool  `json:"memory"`
 	AutoPause *bool  `json:"autoPause"`
+}
+
+// pauseRequest is the body of POST /sandboxes/{id}/pause; memory false
+// (the SDK's keepMemory: false) keeps only the files.
+type pauseRequest struct {
+	Memory *bool `json:"memory"`
 }
 
 type timeoutRequest struct {

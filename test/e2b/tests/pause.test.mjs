@@ -3,7 +3,7 @@
 // timeout (kill, pause, autoResume); getMetrics.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { ci, e2b, run, sandbox, test, until } from '../lib/sdk.mjs'
+import { ci, e2b, run, sandbox, sdk, test, until } from '../lib/sdk.mjs'
 
 const { Sandbox } = e2b
 
@@ -108,4 +108,51 @@ test('lifecycle autoResume: a data-plane request resumes a paused sandbox', asyn
   assert.ok(paused, 'not auto-paused at its timeout')
   assert.equal((await sleeper.commands.run('cat /home/user/wake.txt')).stdout, 'awake')
   assert.equal((await sleeper.getInfo()).state, 'running')
+})
+
+// sleeping reports whether the sandbox runs a command started as
+// commands.run('sleep 600').
+const sleeping = async (sbx) => (await sbx.commands.list()).some((p) => p.args.join(' ').includes('sleep 600'))
+
+test('pause({ keepMemory: false }) keeps the files; connect boots the sandbox afresh on them', async () => {
+  const disk = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'files-only' } })
+  await disk.files.write('/home/user/disk.txt', 'on disk')
+  await disk.commands.run('sleep 600', { background: true })
+  assert.equal(await sleeping(disk), true)
+
+  assert.equal(await disk.pause({ keepMemory: false }), true)
+  assert.equal((await disk.getInfo()).state, 'paused')
+  assert.equal(await disk.isRunning(), false)
+  const back = await Sandbox.connect(disk.sandboxId)
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/home/user/disk.txt'), 'on disk')
+  assert.equal(await sleeping(back), false, 'a process outlived a pause without memory')
+  assert.equal((await back.commands.run('echo $KILN_SANDBOX_ID alive')).stdout, `${disk.sandboxId} alive\n`)
+})
+
+test('lifecycle onTimeout pause with keepMemory false (autoPauseMemory) pauses keeping only the files', async () => {
+  const napper = await sandbox(Sandbox, {
+    timeoutMs: 120_000,
+    lifecycle: { onTimeout: { action: 'pause', keepMemory: false } },
+    metadata: { file: 'pause', role: 'files-only-napper' },
+  })
+  await napper.files.write('/home/user/nap.txt', 'zzz')
+  await napper.commands.run('sleep 600', { background: true })
+  await napper.setTimeout(1_000)
+  assert.ok(await until(async () => (await napper.getInfo()).state === 'paused', 60_000), 'not paused at its timeout')
+  const awake = await Sandbox.connect(napper.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(await awake.files.read('/home/user/nap.txt'), 'zzz')
+  assert.equal(await sleeping(awake), false, 'a process outlived an auto-pause without memory')
+})
+
+test('connect with onResume reboot boots a sandbox paused with its memory afresh', {
+  skip: sdk.label !== 'latest' && `e2b ${sdk.e2b} has no onResume`,
+}, async () => {
+  const box = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'reboot' } })
+  await box.files.write('/home/user/boot.txt', 'kept')
+  await box.commands.run('sleep 600', { background: true })
+  assert.equal(await box.pause(), true)
+  const back = await Sandbox.connect(box.sandboxId, { onResume: 'reboot' })
+  assert.equal(await back.files.read('/home/user/boot.txt'), 'kept')
+  assert.equal(await sleeping(back), false, 'a process outlived a reboot')
 })
