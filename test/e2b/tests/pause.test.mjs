@@ -61,6 +61,12 @@ test('a code interpreter keeps its variables across pause and resume', async () 
   assert.equal(await code.pause(), true)
   const resumed = await ci.Sandbox.connect(code.sandboxId)
   assert.equal((await resumed.runCode('remembered')).text, before)
+
+  // Without its memory the kernel starts over, and works.
+  assert.equal(await resumed.pause({ keepMemory: false }), true)
+  const rebooted = await ci.Sandbox.connect(code.sandboxId)
+  assert.equal((await rebooted.runCode('remembered')).error?.name, 'NameError')
+  assert.equal((await rebooted.runCode('6 * 7')).text, '42')
 })
 
 test('a sandbox is killed when its timeout expires', async () => {
