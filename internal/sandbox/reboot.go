@@ -120,20 +120,19 @@ func (m *Manager) reboot(ctx context.Context, b *box) error {
 		b.procs = nil
 	}
 	b.containerGone = false
-	var pidsCgroup string
-	if rt.Name() == "runc" {
-		var err error
-		if pidsCgroup, err = makeUserPidsCgroup(id, b.rec.Limits.Pids); err != nil {
-			return err
+	var c cleanup
+	pidsCgroup, err := userPids(b, rt, &c)
+	if err == nil {
+		bundle := m.bundle(b, rt, filepath.Join(b.dir, layerDir, "rootfs"), pidsCgroup, nil)
+		if err = bundle.Write(); err == nil {
+			err = m.startInPlace(ctx, bringup{path: pathReboot, b: b, rt: rt}, bundle)
 		}
 	}
-	bundle := m.bundle(b, rt, filepath.Join(b.dir, layerDir, "rootfs"), pidsCgroup, nil)
-	if err := bundle.Write(); err != nil {
+	if err != nil {
+		_ = c.unwind(ctx)
 		return err
 	}
-	if err := m.startInPlace(ctx, bringup{path: pathReboot, b: b, rt: rt}, bundle); err != nil {
-		return err
-	}
+	c.release()
 	if err := mark(b.dir, filesOnlyMarker, false); err != nil {
 		m.log.Warn("removing the pause marker of a rebooted sandbox", "sandbox_id", id, "err", err)
 	}
