@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -201,6 +202,80 @@ func TestControlPlane(t *testing.T) {
 		if len(ms) != 1 || ms[0].TimestampUnix < start.Unix() || ms[0].CPUCount < 1 || ms[0].MemUsed <= 0 ||
 			ms[0].MemTotal < ms[0].MemUsed || ms[0].DiskTotal <= 0 || ms[0].CPUUsedPct < 0 || ms[0].CPUUsedPct > 100 {
 			t.Errorf("metrics %+v: want one sample with memory used below the total", ms)
+		}
+		// start and end (unix seconds) bound the samples: Kiln's one
+		// sample is now, so only a window holding now has it.
+		now := time.Now().Unix()
+		for _, tc := range []struct {
+			query string
+			want  int
+		}{
+			{fmt.Sprintf("?start=%d", now-60), 1},
+			{fmt.Sprintf("?start=%d&end=%d", now-60, now+60), 1},
+			{fmt.Sprintf("?start=%d&end=%d", now-3600, now-1800), 0},
+			{fmt.Sprintf("?start=%d", now+1800), 0},
+		} {
+			var got []json.RawMessage
+			h.api("GET", "/sandboxes/"+sbA.SandboxID+"/metrics"+tc.query, h.a, nil, http.StatusOK, &got)
+			if len(got) != tc.want {
+				t.Errorf("metrics%s: %d samples, want %d", tc.query, len(got), tc.want)
+			}
+		}
+		h.api("GET", "/sandboxes/"+sbA.SandboxID+"/metrics?start=x", h.a, nil, http.StatusBadRequest, nil)
+		h.api("GET", fmt.Sprintf("/sandboxes/%s/metrics?start=%d&end=%d", sbA.SandboxID, now, now-10), h.a, nil, http.StatusBadRequest, nil)
+	})
+
+	t.Run("timestamps and startedAfter", func(t *testing.T) {
+		h := h.with(t)
+		// Every time in a response has one precision: RFC 3339, UTC,
+		// microseconds; a sandbox's startedAt is the same wherever it is
+		// shown.
+		stampRE := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`)
+		type times struct {
+			SandboxID string `json:"sandboxID"`
+			StartedAt string `json:"startedAt"`
+			EndAt     string `json:"endAt"`
+			Timestamp string `json:"timestamp"`
+		}
+		var got times
+		h.api("GET", "/sandboxes/"+sbA.SandboxID, h.a, nil, http.StatusOK, &got)
+		var listed []times
+		h.api("GET", "/v2/sandboxes?metadata="+sdkMetadata(map[string]string{"n": "1"}), h.a, nil, http.StatusOK, &listed)
+		var ms []times
+		h.api("GET", "/sandboxes/"+sbA.SandboxID+"/metrics", h.a, nil, http.StatusOK, &ms)
+		if len(listed) != 1 || len(ms) != 1 {
+			t.Fatalf("listed %+v, metrics %+v: want one of each", listed, ms)
+		}
+		for _, s := range []string{got.StartedAt, got.EndAt, listed[0].StartedAt, listed[0].EndAt, ms[0].Timestamp} {
+			if !stampRE.MatchString(s) {
+				t.Errorf("time %q: want RFC 3339 in UTC with six fractional digits", s)
+			}
+		}
+		if listed[0].StartedAt != got.StartedAt {
+			t.Errorf("startedAt %q in the list, %q in getInfo: want one", listed[0].StartedAt, got.StartedAt)
+		}
+		// startedAfter includes a sandbox started at exactly that instant
+		// (E2B's filter is inclusive), and not one started before it.
+		started, err := time.Parse(time.RFC3339Nano, got.StartedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			after time.Time
+			want  bool
+		}{
+			{started, true},
+			{started.Add(-time.Microsecond), true},
+			{started.Truncate(time.Millisecond), true}, // a JS Date's precision
+			{started.Add(time.Microsecond), false},
+		} {
+			q := url.Values{"startedAfter": {tc.after.Format(time.RFC3339Nano)}}
+			var page []times
+			h.api("GET", "/v2/sandboxes?"+q.Encode(), h.a, nil, http.StatusOK, &page)
+			found := slices.ContainsFunc(page, func(s times) bool { return s.SandboxID == sbA.SandboxID })
+			if found != tc.want {
+				t.Errorf("startedAfter %s (started %s): listed %v, want %v", q.Get("startedAfter"), got.StartedAt, found, tc.want)
+			}
 		}
 	})
 

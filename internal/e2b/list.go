@@ -82,7 +82,10 @@ func (h *Handler) listV2(w http.ResponseWriter, r *http.Request, c Caller) error
 		if err != nil {
 			return fmt.Errorf("startedAfter %q: want RFC 3339: %w", errdefs.ClipN(after, 40), errdefs.ErrInvalidArgument)
 		}
-		f.CreatedAfter = t
+		// Inclusive, as on E2B: a sandbox started at exactly that instant
+		// (at the microseconds the store keeps and startedAt shows) is
+		// listed; the store's bound is exclusive.
+		f.CreatedAfter = t.Truncate(time.Microsecond).Add(-time.Microsecond)
 	}
 	sbs, next, err := h.m.List(r.Context(), f)
 	if errors.Is(err, errdefs.ErrInvalidArgument) && f.Token != "" {

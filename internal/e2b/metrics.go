@@ -3,7 +3,10 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -12,15 +15,21 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
-// metrics is GET /sandboxes/{id}/metrics: Kiln keeps no history, so the
-// answer is one sample taken now (none for a paused sandbox).
+// metrics is GET /sandboxes/{id}/metrics?start=&end= (unix seconds,
+// both optional): Kiln keeps no history, so the answer is one sample
+// taken now if now is within [start, end], else none (and none for a
+// paused sandbox).
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, c Caller) error {
+	start, end, err := metricsWindow(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	sb, err := h.lookup(r, c)
 	if err != nil {
 		return err
 	}
 	out := []sandboxMetric{}
-	if sb.State == sandbox.StateRunning {
+	if now := time.Now().Unix(); sb.State == sandbox.StateRunning && now >= start && now <= end {
 		mt, err := h.sample(r.Context(), sb)
 		if err != nil {
 			return err
@@ -29,6 +38,28 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, c Caller) erro
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// metricsWindow parses ?start= and ?end= (unix seconds; the SDKs round
+// their dates to seconds); a missing bound is open.
+func metricsWindow(q url.Values) (start, end int64, err error) {
+	start, end = math.MinInt64, math.MaxInt64
+	for _, b := range []struct {
+		name string
+		v    *int64
+	}{{"start", &start}, {"end", &end}} {
+		raw := q.Get(b.name)
+		if raw == "" {
+			continue
+		}
+		if *b.v, err = strconv.ParseInt(raw, 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("%s %q: want unix seconds: %w", b.name, errdefs.ClipN(raw, 20), errdefs.ErrInvalidArgument)
+		}
+	}
+	if start > end {
+		return 0, 0, fmt.Errorf("start %d is after end %d: %w", start, end, errdefs.ErrInvalidArgument)
+	}
+	return start, end, nil
 }
 
 // metricsMany is GET /sandboxes/metrics?sandbox_ids=a,b: the latest
@@ -65,7 +96,7 @@ func (h *Handler) sample(ctx context.Context, sb sandbox.Sandbox) (sandboxMetric
 	now := time.Now().UTC()
 	cpus := cpuCount(sb.Limits.CPUs)
 	return sandboxMetric{
-		Timestamp: now, TimestampUnix: now.Unix(), CPUCount: cpus,
+		Timestamp: stampOf(now), TimestampUnix: now.Unix(), CPUCount: cpus,
 		CPUUsedPct: h.usage.percent(sb, u.CPUSeconds, now, cpus),
 		MemUsed:    u.MemoryBytes, MemTotal: u.MemoryLimit,
 		DiskUsed: u.DiskBytes, DiskTotal: u.DiskLimit,

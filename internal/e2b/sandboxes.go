@@ -124,6 +124,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller) error
 		// autoPause (lifecycle.onTimeout "pause") and autoResume are kept
 		// in the record, so they survive a restart of kiln serve.
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
+		AutoPauseFiles: req.AutoPauseMemory != nil && !*req.AutoPauseMemory,
 	}
 	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
@@ -177,7 +178,7 @@ func listed(sb sandbox.Sandbox) listedSandbox {
 	return listedSandbox{
 		SandboxID: sb.ID.String(), TemplateID: sb.Template, Alias: sb.Template, ClientID: clientID,
 		CPUCount: cpuCount(sb.Limits.CPUs), MemoryMB: sb.Limits.MemoryBytes >> 20, DiskSizeMB: sb.Limits.DiskBytes >> 20,
-		StartedAt: sb.CreatedAt, EndAt: end, EnvdVersion: envd.Version, State: string(sb.State), Metadata: md,
+		StartedAt: stampOf(sb.CreatedAt), EndAt: stampOf(end), EnvdVersion: envd.Version, State: string(sb.State), Metadata: md,
 	}
 }
 
@@ -238,7 +239,8 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, c Caller) error {
 }
 
 // setTimeout makes the sandbox expire timeout seconds from now (it may
-// shorten its life).
+// shorten its life); 0 expires it now, as on E2B: a running sandbox is
+// killed, or paused if its lifecycle says so, before the answer.
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var req timeoutRequest
 	if err := decodeJSON(w, r, &req); err != nil {
@@ -250,6 +252,18 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c Caller) e
 	sb, err := h.lookup(r, c)
 	if err != nil {
 		return err
+	}
+	if *req.Timeout == 0 {
+		// A paused sandbox has expired already: it stays as it is.
+		if sb.State == sandbox.StateRunning {
+			h.dying.Store(sb.ID, struct{}{}) // see kill
+			defer h.dying.Delete(sb.ID)
+			if _, err := h.m.ExpireNow(r.Context(), sb.ID); err != nil {
+				return fmt.Errorf("expiring sandbox: %w", err)
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
 	}
 	if _, err := h.m.SetTimeout(r.Context(), sb.ID, seconds(*req.Timeout)); err != nil {
 		return fmt.Errorf("setting timeout: %w", err)
@@ -315,7 +329,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c Caller) erro
 	if req.Timeout != nil && *req.Timeout > 0 {
 		timeout = *req.Timeout
 	}
-	sb, status, err := h.running(r, c)
+	sb, status, err := h.running(r, c, req.Memory == nil || *req.Memory)
 	if err != nil {
 		return err
 	}
@@ -327,8 +341,9 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c Caller) erro
 }
 
 // running returns the caller's sandbox {id} running, resuming it if it
-// is paused; the status says which (200 running, 201 resumed).
-func (h *Handler) running(r *http.Request, c Caller) (sandbox.Sandbox, int, error) {
+// is paused (without memory, booting it afresh on its files); the status
+// says which (200 running, 201 resumed).
+func (h *Handler) running(r *http.Request, c Caller, memory bool) (sandbox.Sandbox, int, error) {
 	sb, err := h.lookup(r, c)
 	if err != nil {
 		return sb, 0, err
@@ -337,18 +352,37 @@ func (h *Handler) running(r *http.Request, c Caller) (sandbox.Sandbox, int, erro
 	case sandbox.StateRunning:
 		return sb, http.StatusOK, nil
 	case sandbox.StatePaused:
-		sb, err := h.m.Resume(r.Context(), sb.ID)
+		sb, err := h.resumeSandbox(r.Context(), sb.ID, memory)
 		if err != nil {
-			return sb, 0, fmt.Errorf("resuming sandbox: %w", err)
+			return sb, 0, err
 		}
 		return sb, http.StatusCreated, nil
 	}
 	return sb, 0, fmt.Errorf("sandbox %s is %s: %w", sb.ID, sb.State, errdefs.ErrFailedPrecondition)
 }
 
-// pause pauses a running sandbox; a paused one is a conflict (the SDK
-// then returns false).
+// resumeSandbox resumes paused sandbox id: with its memory if it has it,
+// else (or without memory) booted afresh on its files.
+func (h *Handler) resumeSandbox(ctx context.Context, id sandbox.ID, memory bool) (sandbox.Sandbox, error) {
+	resume := h.m.Resume
+	if !memory {
+		resume = h.m.Reboot
+	}
+	sb, err := resume(ctx, id)
+	if err != nil {
+		return sb, fmt.Errorf("resuming sandbox: %w", err)
+	}
+	return sb, nil
+}
+
+// pause pauses a running sandbox, with its memory unless the body says
+// memory false (then its files only: processes start over at the
+// resume); a paused one is a conflict (the SDK then returns false).
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request, c Caller) error {
+	var req pauseRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
 	sb, err := h.lookup(r, c)
 	if err != nil {
 		return err
@@ -357,7 +391,11 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, c Caller) error 
 		writeStatus(w, http.StatusConflict, fmt.Sprintf("sandbox \"%s\" is already paused", sb.ID))
 		return nil
 	}
-	if _, err := h.m.Pause(r.Context(), sb.ID); err != nil {
+	pause := h.m.Pause
+	if req.Memory != nil && !*req.Memory {
+		pause = h.m.PauseFiles
+	}
+	if _, err := pause(r.Context(), sb.ID); err != nil {
 		return fmt.Errorf("pausing sandbox: %w", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -379,8 +417,8 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request, c Caller) error
 		writeStatus(w, http.StatusConflict, fmt.Sprintf("sandbox \"%s\" is already running", sb.ID))
 		return nil
 	}
-	if sb, err = h.m.Resume(r.Context(), sb.ID); err != nil {
-		return fmt.Errorf("resuming sandbox: %w", err)
+	if sb, err = h.resumeSandbox(r.Context(), sb.ID, req.Memory == nil || *req.Memory); err != nil {
+		return err
 	}
 	timeout := int64(defaultResumeTimeout)
 	if req.Timeout != nil && *req.Timeout > 0 {

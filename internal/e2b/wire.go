@@ -22,6 +22,7 @@ type newSandbox struct {
 	Metadata            map[string]string `json:"metadata"`
 	EnvVars             map[string]string `json:"envVars"`
 	AutoPause           bool              `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"` // false: autoPause keeps only the files
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	Network             *networkConfig    `json:"network"`
@@ -51,8 +52,8 @@ type listedSandbox struct {
 	CPUCount    int               `json:"cpuCount"`
 	MemoryMB    int64             `json:"memoryMB"`
 	DiskSizeMB  int64             `json:"diskSizeMB"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
+	StartedAt   stamp             `json:"startedAt"`
+	EndAt       stamp             `json:"endAt"`
 	EnvdVersion string            `json:"envdVersion"`
 	State       string            `json:"state"`
 	Metadata    map[string]string `json:"metadata"`
@@ -72,11 +73,18 @@ type lifecycle struct {
 }
 
 // connectRequest is the body of POST /sandboxes/{id}/connect (v1 and v2)
-// and of the deprecated POST /sandboxes/{id}/resume.
+// and of the deprecated POST /sandboxes/{id}/resume; memory false (the
+// SDK's onResume: "reboot") boots a paused sandbox afresh on its files.
 type connectRequest struct {
 	Timeout   *int64 `json:"timeout"`
 	Memory    *bool  `json:"memory"`
 	AutoPause *bool  `json:"autoPause"`
+}
+
+// pauseRequest is the body of POST /sandboxes/{id}/pause; memory false
+// (the SDK's keepMemory: false) keeps only the files.
+type pauseRequest struct {
+	Memory *bool `json:"memory"`
 }
 
 type timeoutRequest struct {
@@ -89,15 +97,31 @@ type refreshRequest struct {
 
 // sandboxMetric is E2B's SandboxMetric.
 type sandboxMetric struct {
-	Timestamp     time.Time `json:"timestamp"`
-	TimestampUnix int64     `json:"timestampUnix"`
-	CPUCount      int       `json:"cpuCount"`
-	CPUUsedPct    float64   `json:"cpuUsedPct"`
-	MemUsed       int64     `json:"memUsed"`
-	MemTotal      int64     `json:"memTotal"`
-	MemCache      int64     `json:"memCache"`
-	DiskUsed      int64     `json:"diskUsed"`
-	DiskTotal     int64     `json:"diskTotal"`
+	Timestamp     stamp   `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+// stamp is a time as E2B's responses carry it: RFC 3339 in UTC with
+// microseconds, always six digits (E2B's API answers the microseconds its
+// database keeps; Kiln's store keeps the same), the precision of every
+// time the E2B API answers, including the code interpreter's output
+// timestamps (timestampLayout).
+type stamp time.Time
+
+// stampOf is t at E2B's precision: truncated, never rounded up, so that
+// a time read back from a response and sent as a filter (startedAfter)
+// is never later than the time it came from.
+func stampOf(t time.Time) stamp { return stamp(t.UTC().Truncate(time.Microsecond)) }
+
+func (s stamp) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Time(s).UTC().Truncate(time.Microsecond).Format(timestampLayout) + `"`), nil
 }
 
 // errorBody is E2B's Error: the SDKs read the integer code in the body.

@@ -164,25 +164,50 @@ func (m *Manager) expire(ctx context.Context, id ID, now time.Time) {
 	if !expired(b.rec, now) {
 		return
 	}
+	_ = m.expireLocked(ctx, b)
+}
+
+// ExpireNow ends a running sandbox at once, as its timeout would: it is
+// paused if it has AutoPause (killed if that fails), else killed. E2B's
+// setTimeout(0) does this. A sandbox that is not running is refused.
+func (m *Manager) ExpireNow(ctx context.Context, id ID) (Sandbox, error) {
+	b, err := m.box(id)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StateRunning {
+		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	err = m.expireLocked(ctx, b)
+	return b.rec, err
+}
+
+// expireLocked ends an expired sandbox: a paused one is deleted, a
+// running one paused (AutoPause) or killed. Callers hold b.mu.
+func (m *Manager) expireLocked(ctx context.Context, b *box) error {
+	id := b.rec.ID
 	log := m.log.With("sandbox_id", id)
 	reason := "timeout expired"
 	switch {
 	case b.rec.State == StatePaused:
 		reason = fmt.Sprintf("paused for longer than %v", m.cfg.Limits.MaxPausedLifetime)
 	case b.rec.AutoPause:
-		_, err := m.pauseLocked(ctx, b)
+		_, err := m.pauseLocked(ctx, b, !autoPauseFiles(b.dir))
 		if err == nil {
 			log.Info("auto-paused expired sandbox")
-			return
+			return nil
 		}
 		log.Error("auto-pausing expired sandbox; killing it instead", "err", err)
 		reason = "timeout expired; pausing it failed: " + err.Error()
 	}
 	if err := m.destroyLocked(ctx, b, StateStopped, reason); err != nil {
 		log.Error("reaping expired sandbox", "err", err)
-		return
+		return err
 	}
 	log.Info("reaped expired sandbox", "reason", reason)
+	return nil
 }
 
 // Usage reports a live sandbox's resource use from its cgroup and layer.

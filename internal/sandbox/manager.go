@@ -266,7 +266,20 @@ func (m *Manager) pruneAgents() {
 // any step unwinds everything made before it. A create from a snapshot,
 // and one a pooled sandbox or a warm checkpoint can serve, goes through
 // the image seam.
-func (m *Manager) Create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
+func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {
+	sb, err := m.create(ctx, opts)
+	if err == nil && opts.AutoPause && opts.AutoPauseFiles {
+		if err := m.markAutoPauseFiles(sb.ID); err != nil {
+			if kerr := m.Kill(context.WithoutCancel(ctx), sb.ID); kerr != nil {
+				m.log.Error("killing a sandbox whose create failed", "sandbox_id", sb.ID, "err", kerr)
+			}
+			return Sandbox{}, err
+		}
+	}
+	return sb, err
+}
+
+func (m *Manager) create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
 	images := m.imageSeam()
 	if opts.Snapshot != "" {
 		return images.fromSnapshot(ctx, opts)

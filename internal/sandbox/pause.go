@@ -38,25 +38,44 @@ const (
 // A paused sandbox's timeout stops; it is deleted once it has been paused
 // for the server's MaxPausedLifetime (its ExpiresAt says when), unless it
 // is resumed or killed first.
+//
+// PauseFiles pauses keeping only the files (see pauseFiles).
 func (m *Manager) Pause(ctx context.Context, id ID) (Sandbox, error) {
+	return m.pause(ctx, id, true)
+}
+
+// PauseFiles pauses a running sandbox keeping its files but not its
+// memory, on either runtime: its processes are stopped and its container
+// deleted, its writable layer stays. Its resume boots it afresh on that
+// layer (see Reboot): the files are as they were, processes start over.
+// It holds no memory or CPU while paused, and survives restarts of kiln
+// serve.
+func (m *Manager) PauseFiles(ctx context.Context, id ID) (Sandbox, error) {
+	return m.pause(ctx, id, false)
+}
+
+func (m *Manager) pause(ctx context.Context, id ID, keepMemory bool) (Sandbox, error) {
 	b, err := m.box(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return m.pauseLocked(ctx, b)
+	return m.pauseLocked(ctx, b, keepMemory)
 }
 
-// pauseLocked is Pause for a caller holding b.mu.
-func (m *Manager) pauseLocked(ctx context.Context, b *box) (_ Sandbox, err error) {
+// pauseLocked is Pause (keepMemory) or PauseFiles for a caller holding
+// b.mu.
+func (m *Manager) pauseLocked(ctx context.Context, b *box, keepMemory bool) (_ Sandbox, err error) {
 	id := b.rec.ID
 	if b.rec.State != StateRunning {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
-	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
+	if !keepMemory {
+		err = m.pauseFiles(ctx, b, rt)
+	} else if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
 		err = m.checkpoint(ctx, b, rt, ck)
 	} else if p, ok := rt.(oci.Pauser); ok {
 		if err = p.Pause(ctx, id.String()); err != nil {
@@ -76,7 +95,7 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box) (_ Sandbox, err error
 	if err := m.transition(ctx, b, StatePaused, ""); err != nil {
 		return Sandbox{}, err
 	}
-	m.log.Info("sandbox paused", "sandbox_id", id, "took", time.Since(t0))
+	m.log.Info("sandbox paused", "sandbox_id", id, "memory", keepMemory, "took", time.Since(t0))
 	return b.rec, nil
 }
 
@@ -128,16 +147,24 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	// adopt then mounts the layer again). Only a power loss right after a
 	// pause loses it, and an fsync would add its time (about a second per
 	// GiB here) to every pause.
+	// The image is complete; if the delete fails the container is half
+	// gone, and Resume can still restore from the image once it is
+	// deleted.
+	m.dropContainer(ctx, b, rt, "checkpointed")
+	return nil
+}
+
+// dropContainer deletes the container of a sandbox being paused (how:
+// "checkpointed", ...); a failure is logged and left to the resume, which
+// deletes what is left first. Callers hold b.mu.
+func (m *Manager) dropContainer(ctx context.Context, b *box, rt oci.Runtime, how string) {
 	b.containerGone = false
 	if err := deleteContainer(context.WithoutCancel(ctx), rt, b.rec.ID, b.dir, b.procs.get()); err != nil {
-		// The image is complete; the container is half gone. Resume can
-		// still restore from the image once the container is deleted.
-		m.log.Error("deleting checkpointed container", "sandbox_id", id, "err", err)
+		m.log.Error("deleting the container of a "+how+" sandbox", "sandbox_id", b.rec.ID, "err", err)
 	} else {
 		b.containerGone = true
 	}
 	b.procs = nil
-	return nil
 }
 
 // Resume resumes a paused sandbox. A runsc sandbox is restored from its
@@ -146,15 +173,22 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 // is missing or corrupt) the sandbox is failed with the reason and
 // destroyed. A runc sandbox is thawed.
 //
+// A sandbox paused without its memory (PauseFiles) is booted afresh on
+// its files instead (see Reboot).
+//
 // Its timeout starts over: it expires its Timeout from now.
 func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
+	return m.resume(ctx, id, false)
+}
+
+func (m *Manager) resume(ctx context.Context, id ID, reboot bool) (Sandbox, error) {
 	b, err := m.box(id)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return m.resumeLocked(ctx, b)
+	return m.resumeLocked(ctx, b, reboot)
 }
 
 // Wake resumes a paused sandbox that has AutoResume, as any use of it
@@ -170,18 +204,32 @@ func (m *Manager) Wake(ctx context.Context, id ID) (Sandbox, error) {
 	if b.rec.State != StatePaused || !b.rec.AutoResume {
 		return b.rec, nil
 	}
-	return m.resumeLocked(ctx, b)
+	return m.resumeLocked(ctx, b, false)
 }
 
-// resumeLocked is Resume for a caller holding b.mu.
-func (m *Manager) resumeLocked(ctx context.Context, b *box) (Sandbox, error) {
+// resumeLocked is Resume (or with reboot, Reboot) for a caller holding
+// b.mu.
+func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbox, error) {
 	id := b.rec.ID
 	if b.rec.State != StatePaused {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
+	if reboot {
+		if err := mark(b.dir, filesOnlyMarker, true); err != nil {
+			return Sandbox{}, fmt.Errorf("recording the reboot: %w", err)
+		}
+	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
-	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
+	if filesOnly(b.dir) {
+		if err := m.reboot(ctx, b); err != nil {
+			reason := "resuming: " + err.Error()
+			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
+				m.log.Error("cleaning up sandbox that failed to resume", "sandbox_id", id, "err", derr)
+			}
+			return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
+		}
+	} else if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
 		if err := m.restore(ctx, b); err != nil {
 			reason := "resuming: " + err.Error()
 			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
@@ -243,18 +291,30 @@ func (m *Manager) restore(ctx context.Context, b *box) error {
 	if err := m.readdressNetwork(ctx, b.rec.ID); err != nil {
 		return err
 	}
-	// The pipeline's last stages (the dir, layer and bundle are there);
-	// on failure the caller destroys the sandbox with its container.
+	if err := m.startInPlace(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img}, bundle); err != nil {
+		return err
+	}
+	removeLater(m.log, img) // stale from now on
+	return nil
+}
+
+// startInPlace runs the pipeline's last stages for a paused sandbox
+// brought back in place (its dir, layer and bundle are there), a booted
+// agent's DNS included, and gives it the new session. On failure the
+// caller destroys the sandbox with its container. Callers hold u.b.mu.
+func (m *Manager) startInPlace(ctx context.Context, u bringup, bundle *oci.Bundle) error {
 	var c cleanup
-	conn, err := m.startAgent(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img}, bundle, &c)
+	conn, err := m.startAgent(ctx, u, bundle, &c)
+	if err == nil && u.checkpoint == "" {
+		err = m.configureDNS(ctx, u.b.rec.ID, conn)
+	}
 	if err != nil {
 		_ = c.unwind(ctx)
 		return err
 	}
 	c.release()
-	b.conn = conn
-	go m.watch(b, conn)
-	removeLater(m.log, img) // stale from now on
+	u.b.conn = conn
+	go m.watch(u.b, conn)
 	return nil
 }
 
@@ -346,8 +406,10 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 	if rt == nil {
 		return fmt.Errorf("runtime %q is not configured", rec.Runtime)
 	}
-	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {
-		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil {
+	files := filesOnly(dir)
+	ck, ok := rt.(oci.Checkpointer)
+	if files || (ok && ck.CanCheckpoint()) {
+		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil && !files {
 			return errors.New("its checkpoint image is gone")
 		}
 		if !mounted(filepath.Join(dir, layerDir, "rootfs")) {
@@ -378,7 +440,7 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 		}
 	}
 	m.mu.Lock()
-	m.boxes[rec.ID] = &box{rec: rec, dir: dir}
+	m.boxes[rec.ID] = &box{rec: rec, dir: dir, containerGone: files}
 	m.mu.Unlock()
 	return nil
 }

@@ -34,6 +34,7 @@ const (
 	pathWarm    = "warm"    // a template's warm checkpoint restored
 	pathRestore = "restore" // a fork's or a snapshot's image restored as a new sandbox
 	pathResume  = "resume"  // a paused sandbox restored in place
+	pathReboot  = "reboot"  // a paused sandbox booted afresh on its layer
 	pathPool    = "pool"    // an unlisted sandbox (pool, warm build): its dir; then boot or warm
 )
 
@@ -141,23 +142,9 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 	if err := m.fault(u.path, stageBundle, id); err != nil {
 		return nil, err
 	}
-	var pidsCgroup string
-	if u.rt.Name() == "runc" {
-		if pidsCgroup, err = makeUserPidsCgroup(id, b.rec.Limits.Pids); err != nil {
-			return nil, err
-		}
-		c.add(func(context.Context) error {
-			if err := removeUserPidsCgroup(id); err != nil {
-				return err
-			}
-			// Its parent is the container's cgroup, which the runtime
-			// removes; a create that failed before the runtime made the
-			// container leaves it to us.
-			if err := os.Remove(filepath.Dir(pidsCgroup)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("removing container cgroup: %w", err)
-			}
-			return nil
-		})
+	pidsCgroup, err := userPids(b, u.rt, c)
+	if err != nil {
+		return nil, err
 	}
 	bundle := m.bundle(b, u.rt, layer.Rootfs(), pidsCgroup, u.caps)
 	if err := bundle.Write(); err != nil {
@@ -171,6 +158,32 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 	}
 	m.log.Debug("sandbox brought up", "sandbox_id", id, "path", u.path, "layer", t1.Sub(t0), "agent", time.Since(t1))
 	return conn, nil
+}
+
+// userPids makes runc's user pids cgroup for b (none for other runtimes)
+// and pushes its undo onto c; it returns its path ("" for none).
+func userPids(b *box, rt oci.Runtime, c *cleanup) (string, error) {
+	if rt.Name() != "runc" {
+		return "", nil
+	}
+	id := b.rec.ID
+	pidsCgroup, err := makeUserPidsCgroup(id, b.rec.Limits.Pids)
+	if err != nil {
+		return "", err
+	}
+	c.add(func(context.Context) error {
+		if err := removeUserPidsCgroup(id); err != nil {
+			return err
+		}
+		// Its parent is the container's cgroup, which the runtime
+		// removes; a bring-up that failed before the runtime made the
+		// container leaves it to us.
+		if err := os.Remove(filepath.Dir(pidsCgroup)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing container cgroup: %w", err)
+		}
+		return nil
+	})
+	return pidsCgroup, nil
 }
 
 // startAgent runs the last stages: the container is created and started

@@ -64,7 +64,8 @@ func (f *faults) check(t *testing.T, m *sandbox.Manager, cfg sandbox.Config, err
 }
 
 // A fault at every stage of every bring-up path (boot on both runtimes,
-// warm restore, pool fill, restore of a fork's image, resume) fails the
+// warm restore, pool fill, restore of a fork's image, resume, reboot of a
+// sandbox paused without memory) fails the
 // operation and leaves nothing of the sandbox it was making.
 func TestBringUpFaultsUnwind(t *testing.T) {
 	bootStages := []string{"record", "dir", "layer", "bundle", "runtime", "connect"}
@@ -179,5 +180,32 @@ func TestBringUpFaultsUnwind(t *testing.T) {
 				assertNothingLeft(t, cfg, e.SB.ID, 0)
 			})
 		}
+	})
+
+	t.Run("reboot", func(t *testing.T) {
+		forEachRuntime(t, func(t *testing.T, rt string) {
+			cfg := testConfig(t)
+			m := newManager(t, cfg)
+			for _, stage := range []string{"runtime", "connect"} {
+				t.Run(stage, func(t *testing.T) {
+					m.InjectFaults(nil)
+					e := create(t, m, sandbox.CreateOptions{Runtime: rt})
+					ctx := context.Background()
+					if _, err := m.PauseFiles(ctx, e.SB.ID); err != nil {
+						t.Fatal(err)
+					}
+					f := &faults{path: "reboot", stage: stage}
+					m.InjectFaults(f.fn)
+					_, err := m.Resume(ctx, e.SB.ID)
+					if !f.hit || !errors.Is(err, errInjected) {
+						t.Fatalf("resume: %v (fault reached: %v)", err, f.hit)
+					}
+					if sb, gerr := m.Get(ctx, e.SB.ID); gerr != nil || sb.State != sandbox.StateFailed {
+						t.Fatalf("after a failed reboot: %+v %v", sb, gerr)
+					}
+					assertNothingLeft(t, cfg, e.SB.ID, 0)
+				})
+			}
+		})
 	})
 }

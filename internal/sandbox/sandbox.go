@@ -98,6 +98,9 @@ type CreateOptions struct {
 	// AutoPause pauses the sandbox instead of killing it when its timeout
 	// expires (runsc: checkpoint; runc: freeze); a resume brings it back.
 	AutoPause bool
+	// AutoPauseFiles makes AutoPause keep only the files (PauseFiles):
+	// the resume boots the sandbox afresh on them.
+	AutoPauseFiles bool
 	// AutoResume lets any use of the paused sandbox (a data-plane call
 	// through an API) resume it.
 	AutoResume bool

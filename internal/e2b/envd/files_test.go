@@ -346,6 +346,18 @@ func TestFilesMetadata(t *testing.T) {
 			}
 		})
 	}
+	// A rename answers the entry with the metadata the file keeps.
+	hdr := map[string]string{"X-Access-Token": e.token, "Content-Type": "application/octet-stream", "X-Metadata-Kept": "yes"}
+	if res, b := e.do(t, "POST", "/files?path=meta.txt", hdr, strings.NewReader("m")); res.StatusCode != 200 {
+		t.Fatalf("write: status %d (%s)", res.StatusCode, b)
+	}
+	mv, err := fs.Move(ctxTimeout(t, time.Minute), connect.NewRequest(&filesystem.MoveRequest{Source: "meta.txt", Destination: "moved/meta.txt"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mv.Msg.GetEntry(), map[string]string{"kept": "yes"}; got.GetPath() != "/home/user/moved/meta.txt" || !maps.Equal(got.GetMetadata(), want) {
+		t.Errorf("Move answered %v, want /home/user/moved/meta.txt with metadata %v", got, want)
+	}
 }
 
 // sign makes the query of a signed /files URL, as sandbox.downloadUrl()

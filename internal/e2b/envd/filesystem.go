@@ -71,7 +71,9 @@ func (s filesystemService) MakeDir(ctx context.Context, req *connect.Request[fil
 	return connect.NewResponse(&filesystem.MakeDirResponse{Entry: e}), nil
 }
 
-// Move renames source to destination, creating destination's parents.
+// Move renames source to destination, creating destination's parents,
+// and answers the destination's entry as Stat does (with its metadata),
+// as envd does.
 func (s filesystemService) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
 	t := targetOf(ctx)
 	user, err := rpcUser(req.Header(), t.sb)
@@ -83,9 +85,9 @@ func (s filesystemService) Move(ctx context.Context, req *connect.Request[filesy
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	e, err := t.entry(ctx, user, fi)
+	e, err := t.stat(ctx, user, fi.Path)
 	if err != nil {
-		return nil, rpcError(err)
+		return nil, err
 	}
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: e}), nil
 }

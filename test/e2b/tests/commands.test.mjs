@@ -3,7 +3,7 @@
 // list/kill/connect, stdin, timeouts.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { e2b, sandbox, test, until } from '../lib/sdk.mjs'
+import { ci, e2b, sandbox, test, until } from '../lib/sdk.mjs'
 
 const { Sandbox, CommandExitError, TimeoutError, NotFoundError } = e2b
 
@@ -190,3 +190,43 @@ test('killing the sandbox ends a running command with a TimeoutError', async () 
   })
   assert.equal(h.stdout, 'started\n')
 })
+
+test('a sandbox reaching its end of life ends a foreground command with a TimeoutError', async () => {
+  const doomed = await sandbox(Sandbox, { metadata: { file: 'commands', role: 'expiring' } })
+  let out = ''
+  // Settled at once: the rejection may come before the assertion waits.
+  const running = settled(doomed.commands.run('echo started; sleep 120', { onStdout: (d) => (out += d) }))
+  assert.ok(await until(() => out === 'started\n'), `stdout ${JSON.stringify(out)}`)
+  await doomed.setTimeout(1_000) // the server's reaper ends it, not a kill
+  await assert.rejects(running.then((r) => r()), (err) => {
+    assert.ok(err instanceof TimeoutError, `${err?.constructor?.name}: ${err?.message}`)
+    assert.match(err.message, /The sandbox was killed or reached its end of life/)
+    return true
+  })
+})
+
+test('killing the sandbox ends a running runCode with the code interpreter\'s TimeoutError', async () => {
+  const doomed = await sandbox(ci.Sandbox, { metadata: { file: 'commands', role: 'doomed-code' } })
+  let out = ''
+  const running = settled(
+    doomed.runCode('import time\nprint("started", flush=True)\ntime.sleep(120)', { onStdout: (m) => (out += m.line) })
+  )
+  assert.ok(await until(() => out.includes('started'), 60_000), `stdout ${JSON.stringify(out)}`)
+  await ci.Sandbox.kill(doomed.sandboxId)
+  await assert.rejects(running.then((r) => r()), (err) => {
+    assert.ok(err instanceof TimeoutError, `${err?.constructor?.name}: ${err?.message}`)
+    assert.match(err.message, /The sandbox was killed while the request was in progress/)
+    return true
+  })
+})
+
+// settled is p with its outcome caught at once, as a function that
+// returns its value or throws its error.
+function settled(p) {
+  return p.then(
+    (v) => () => v,
+    (err) => () => {
+      throw err
+    }
+  )
+}

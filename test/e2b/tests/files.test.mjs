@@ -80,6 +80,15 @@ test('writing many files at once', async () => {
   ])
   assert.deepEqual(infos.map((i) => i.path).sort(), ['/home/user/multi/a.txt', '/home/user/multi/b/c.txt'])
   assert.equal(await sbx.files.read('/home/user/multi/b/c.txt'), 'C')
+
+  // Relative paths in a multi-file upload resolve against the home
+  // directory, as a single file's do.
+  const rel = await sbx.files.write([
+    { path: 'multi-rel/a.txt', data: 'a' },
+    { path: 'multi-rel/b/c.txt', data: 'c' },
+  ])
+  assert.deepEqual(rel.map((i) => i.path).sort(), ['/home/user/multi-rel/a.txt', '/home/user/multi-rel/b/c.txt'])
+  assert.equal(await sbx.files.read('/home/user/multi-rel/b/c.txt'), 'c')
 })
 
 test('list, exists, getInfo, makeDir, rename and remove', async () => {
@@ -191,6 +200,10 @@ test('file metadata is stored on write and returned by getInfo and list', async 
   assert.deepEqual((await sbx.files.getInfo('/home/user/meta/tagged.txt')).metadata, meta)
   const [entry] = await sbx.files.list('/home/user/meta')
   assert.deepEqual(entry.metadata, meta)
+  // A rename keeps it and answers it.
+  const moved = await sbx.files.rename('/home/user/meta/tagged.txt', '/home/user/meta/renamed.txt')
+  assert.deepEqual(moved.metadata, meta)
+  await sbx.files.rename('/home/user/meta/renamed.txt', '/home/user/meta/tagged.txt')
   // A write without metadata clears it, as on E2B.
   await sbx.files.write('/home/user/meta/tagged.txt', 'plain')
   assert.equal((await sbx.files.getInfo('/home/user/meta/tagged.txt')).metadata, undefined)

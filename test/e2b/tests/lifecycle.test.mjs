@@ -54,6 +54,21 @@ test('setTimeout extends and shortens the lifetime', async () => {
   assert.equal(await sbx.isRunning(), true)
 })
 
+test('setTimeout(0) expires the sandbox now: killed, or paused with onTimeout pause', async () => {
+  const doomed = await sandbox(Sandbox, { metadata: { file: 'lifecycle-timeout0', role: 'killed' } })
+  await doomed.setTimeout(0)
+  assert.equal(await doomed.isRunning(), false)
+  await assert.rejects(Sandbox.getInfo(doomed.sandboxId), (err) => err instanceof NotFoundError)
+
+  const napper = await sandbox(Sandbox, {
+    metadata: { file: 'lifecycle-timeout0', role: 'paused' },
+    lifecycle: { onTimeout: 'pause' },
+  })
+  await napper.setTimeout(0)
+  assert.equal(await napper.isRunning(), false)
+  assert.equal((await napper.getInfo()).state, 'paused')
+})
+
 async function listAll(opts) {
   const pager = Sandbox.list(opts)
   const pages = []
@@ -82,6 +97,16 @@ test('Sandbox.list filters by metadata and paginates', async () => {
 
   const none = (await listAll({ query: { metadata: { e2eRun: run, file: 'no such file' } } })).flat()
   assert.deepEqual(none, [])
+})
+
+test('Sandbox.list startedAfter includes a sandbox started at that instant', {
+  skip: sdk.label !== 'latest' && `e2b ${sdk.e2b} has no startedAfter`,
+}, async () => {
+  const { startedAt } = await sbx.getInfo()
+  const listed = async (startedAfter) =>
+    (await listAll({ query: { startedAfter, metadata: meta } })).flat().map((s) => s.sandboxId)
+  assert.deepEqual(await listed(startedAt), [sbx.sandboxId])
+  assert.deepEqual(await listed(new Date(startedAt.getTime() + 1)), [])
 })
 
 test('Sandbox.connect attaches to a running sandbox by id', async () => {

@@ -3,7 +3,7 @@
 // timeout (kill, pause, autoResume); getMetrics.
 import assert from 'node:assert/strict'
 import { before } from 'node:test'
-import { ci, e2b, run, sandbox, test, until } from '../lib/sdk.mjs'
+import { ci, e2b, run, sandbox, sdk, test, until } from '../lib/sdk.mjs'
 
 const { Sandbox } = e2b
 
@@ -25,6 +25,13 @@ test('getMetrics reports CPU, memory and disk', async () => {
   assert.ok(m.cpuUsedPct >= 0)
   assert.ok(m.memUsed > 0 && m.memUsed <= m.memTotal, `mem ${m.memUsed}/${m.memTotal}`)
   assert.ok(m.diskTotal > 0 && m.diskUsed <= m.diskTotal, `disk ${m.diskUsed}/${m.diskTotal}`)
+
+  // start and end bound the samples: none from a window an hour ago.
+  const hour = 3600_000
+  const old = await sbx.getMetrics({ start: new Date(Date.now() - 2 * hour), end: new Date(Date.now() - hour) })
+  assert.deepEqual(old, [])
+  const recent = await sbx.getMetrics({ start: new Date(Date.now() - hour), end: new Date(Date.now() + hour) })
+  assert.equal(recent.length, 1)
 })
 
 test('pause, list as paused, connect resumes with files and processes', async () => {
@@ -54,6 +61,12 @@ test('a code interpreter keeps its variables across pause and resume', async () 
   assert.equal(await code.pause(), true)
   const resumed = await ci.Sandbox.connect(code.sandboxId)
   assert.equal((await resumed.runCode('remembered')).text, before)
+
+  // Without its memory the kernel starts over, and works.
+  assert.equal(await resumed.pause({ keepMemory: false }), true)
+  const rebooted = await ci.Sandbox.connect(code.sandboxId)
+  assert.equal((await rebooted.runCode('remembered')).error?.name, 'NameError')
+  assert.equal((await rebooted.runCode('6 * 7')).text, '42')
 })
 
 test('a sandbox is killed when its timeout expires', async () => {
@@ -101,4 +114,51 @@ test('lifecycle autoResume: a data-plane request resumes a paused sandbox', asyn
   assert.ok(paused, 'not auto-paused at its timeout')
   assert.equal((await sleeper.commands.run('cat /home/user/wake.txt')).stdout, 'awake')
   assert.equal((await sleeper.getInfo()).state, 'running')
+})
+
+// sleeping reports whether the sandbox runs a command started as
+// commands.run('sleep 600').
+const sleeping = async (sbx) => (await sbx.commands.list()).some((p) => p.args.join(' ').includes('sleep 600'))
+
+test('pause({ keepMemory: false }) keeps the files; connect boots the sandbox afresh on them', async () => {
+  const disk = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'files-only' } })
+  await disk.files.write('/home/user/disk.txt', 'on disk')
+  await disk.commands.run('sleep 600', { background: true })
+  assert.equal(await sleeping(disk), true)
+
+  assert.equal(await disk.pause({ keepMemory: false }), true)
+  assert.equal((await disk.getInfo()).state, 'paused')
+  assert.equal(await disk.isRunning(), false)
+  const back = await Sandbox.connect(disk.sandboxId)
+  assert.equal((await back.getInfo()).state, 'running')
+  assert.equal(await back.files.read('/home/user/disk.txt'), 'on disk')
+  assert.equal(await sleeping(back), false, 'a process outlived a pause without memory')
+  assert.equal((await back.commands.run('echo $KILN_SANDBOX_ID alive')).stdout, `${disk.sandboxId} alive\n`)
+})
+
+test('lifecycle onTimeout pause with keepMemory false (autoPauseMemory) pauses keeping only the files', async () => {
+  const napper = await sandbox(Sandbox, {
+    timeoutMs: 120_000,
+    lifecycle: { onTimeout: { action: 'pause', keepMemory: false } },
+    metadata: { file: 'pause', role: 'files-only-napper' },
+  })
+  await napper.files.write('/home/user/nap.txt', 'zzz')
+  await napper.commands.run('sleep 600', { background: true })
+  await napper.setTimeout(1_000)
+  assert.ok(await until(async () => (await napper.getInfo()).state === 'paused', 60_000), 'not paused at its timeout')
+  const awake = await Sandbox.connect(napper.sandboxId, { timeoutMs: 60_000 })
+  assert.equal(await awake.files.read('/home/user/nap.txt'), 'zzz')
+  assert.equal(await sleeping(awake), false, 'a process outlived an auto-pause without memory')
+})
+
+test('connect with onResume reboot boots a sandbox paused with its memory afresh', {
+  skip: sdk.label !== 'latest' && `e2b ${sdk.e2b} has no onResume`,
+}, async () => {
+  const box = await sandbox(Sandbox, { metadata: { file: 'pause', role: 'reboot' } })
+  await box.files.write('/home/user/boot.txt', 'kept')
+  await box.commands.run('sleep 600', { background: true })
+  assert.equal(await box.pause(), true)
+  const back = await Sandbox.connect(box.sandboxId, { onResume: 'reboot' })
+  assert.equal(await back.files.read('/home/user/boot.txt'), 'kept')
+  assert.equal(await sleeping(back), false, 'a process outlived a reboot')
 })
