@@ -69,7 +69,7 @@ func (h *Handler) aliasOrTags(w http.ResponseWriter, r *http.Request, c Caller) 
 	}
 	out := make([]templateTag, 0, len(tags))
 	for _, t := range tags {
-		out = append(out, templateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: t.UpdatedAt})
+		out = append(out, templateTag{Tag: t.Tag, BuildID: t.BuildID, CreatedAt: stampOf(t.UpdatedAt)})
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -171,7 +171,7 @@ func (h *Handler) listTemplates(w http.ResponseWriter, r *http.Request, c Caller
 		out = append(out, h.templateJSON(r, tags[i:j]))
 		i = j
 	}
-	key := func(t templateJSON) (time.Time, string) { return t.UpdatedAt, t.TemplateID }
+	key := func(t templateJSON) (time.Time, string) { return time.Time(t.UpdatedAt), t.TemplateID }
 	page, next, err := paginate(out, key, true, q.Get("nextToken"), limit)
 	if err != nil {
 		return err
@@ -194,14 +194,14 @@ func (h *Handler) templateJSON(r *http.Request, tags []template.TagRecord) templ
 	}
 	l := h.o.Limits
 	out := templateJSON{TemplateID: t.Name, BuildID: t.BuildID, Public: t.Public, Aliases: []string{t.Name},
-		CreatedAt: t.UpdatedAt, UpdatedAt: t.UpdatedAt, EnvdVersion: envd.Version, BuildStatus: template.BuildReady,
+		CreatedAt: stampOf(t.UpdatedAt), UpdatedAt: stampOf(t.UpdatedAt), EnvdVersion: envd.Version, BuildStatus: template.BuildReady,
 		CPUCount: cpuCount(l.DefaultCPUs), MemoryMB: l.DefaultMemoryBytes >> 20, DiskSizeMB: l.DefaultDiskBytes >> 20}
 	for _, o := range tags {
 		out.Names = append(out.Names, o.Name+":"+o.Tag)
-		out.UpdatedAt = later(out.UpdatedAt, o.UpdatedAt)
+		out.UpdatedAt = stampOf(later(time.Time(out.UpdatedAt), o.UpdatedAt))
 	}
 	if rec, err := h.o.Builder.Get(r.Context(), t.BuildID); err == nil {
-		out.CreatedAt = rec.CreatedAt
+		out.CreatedAt = stampOf(rec.CreatedAt)
 		if rec.Spec.CPUs > 0 {
 			out.CPUCount = rec.Spec.CPUs
 		}

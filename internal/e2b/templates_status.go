@@ -41,7 +41,7 @@ func (h *Handler) buildStatus(w http.ResponseWriter, r *http.Request, c Caller) 
 	out := templateBuildInfo{TemplateID: rec.Template, BuildID: rec.ID, Status: rec.Status, Logs: []string{}, LogEntries: []buildLogEntry{}}
 	if rec.Status != template.BuildWaiting && limit > 0 {
 		err := h.o.Builder.Logs(r.Context(), rec.ID, offset, false, func(e builder.LogEntry) error {
-			le := buildLogEntry{Timestamp: e.Time, Level: e.Level, Message: e.Message}
+			le := buildLogEntry{Timestamp: stampOf(e.Time), Level: e.Level, Message: e.Message}
 			if e.Step >= 0 {
 				le.Step = strconv.Itoa(e.Step + 1)
 			}

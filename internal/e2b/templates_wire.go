@@ -1,7 +1,5 @@
 package e2b
 
-import "time"
-
 // The JSON of E2B's template build API ("Build System 2.0"), field for
 // field as the SDKs' Template.build, Template.exists and the tag helpers
 // send and read it (/work/shared/docs/e2b-templates.md).
@@ -55,10 +53,10 @@ type templateBuildStart struct {
 
 // buildLogEntry is BuildLogEntry.
 type buildLogEntry struct {
-	Timestamp time.Time `json:"timestamp"`
-	Level     string    `json:"level"` // debug, info, warn or error
-	Message   string    `json:"message"`
-	Step      string    `json:"step,omitempty"`
+	Timestamp stamp  `json:"timestamp"`
+	Level     string `json:"level"` // debug, info, warn or error
+	Message   string `json:"message"`
+	Step      string `json:"step,omitempty"`
 }
 
 // buildStatusReason is BuildStatusReason: Step is "base", "finalize" or
@@ -111,29 +109,29 @@ type tagsResponse struct {
 
 // templateTag is one element of GET /templates/{templateID}/tags.
 type templateTag struct {
-	Tag       string    `json:"tag"`
-	BuildID   string    `json:"buildID"`
-	CreatedAt time.Time `json:"createdAt"`
+	Tag       string `json:"tag"`
+	BuildID   string `json:"buildID"`
+	CreatedAt stamp  `json:"createdAt"`
 }
 
 // templateJSON is E2B's Template (GET /templates, GET /v2/templates).
 type templateJSON struct {
-	TemplateID    string     `json:"templateID"`
-	BuildID       string     `json:"buildID"`
-	CPUCount      int        `json:"cpuCount"`
-	MemoryMB      int64      `json:"memoryMB"`
-	DiskSizeMB    int64      `json:"diskSizeMB"`
-	Public        bool       `json:"public"`
-	Aliases       []string   `json:"aliases"`
-	Names         []string   `json:"names"`
-	CreatedAt     time.Time  `json:"createdAt"`
-	UpdatedAt     time.Time  `json:"updatedAt"`
-	CreatedBy     *string    `json:"createdBy"`
-	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
-	SpawnCount    int        `json:"spawnCount"`
-	BuildCount    int        `json:"buildCount"`
-	EnvdVersion   string     `json:"envdVersion"`
-	BuildStatus   string     `json:"buildStatus"`
+	TemplateID    string   `json:"templateID"`
+	BuildID       string   `json:"buildID"`
+	CPUCount      int      `json:"cpuCount"`
+	MemoryMB      int64    `json:"memoryMB"`
+	DiskSizeMB    int64    `json:"diskSizeMB"`
+	Public        bool     `json:"public"`
+	Aliases       []string `json:"aliases"`
+	Names         []string `json:"names"`
+	CreatedAt     stamp    `json:"createdAt"`
+	UpdatedAt     stamp    `json:"updatedAt"`
+	CreatedBy     *string  `json:"createdBy"`
+	LastSpawnedAt *stamp   `json:"lastSpawnedAt"`
+	SpawnCount    int      `json:"spawnCount"`
+	BuildCount    int      `json:"buildCount"`
+	EnvdVersion   string   `json:"envdVersion"`
+	BuildStatus   string   `json:"buildStatus"`
 }
 
 // publicRequest is the body of PATCH /v2/templates/{templateID}.
