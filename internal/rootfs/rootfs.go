@@ -149,8 +149,10 @@ func Remount(dir string) (_ *Layer, err error) {
 		return nil, fmt.Errorf("reading the layer's lower dir: %w", err)
 	}
 	lower := string(b)
-	if fi, err := os.Stat(lower); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("the layer's lower dir %s is gone: %w", lower, errdefs.ErrFailedPrecondition)
+	for _, low := range strings.Split(lower, ":") { // one dir, or a stack
+		if fi, err := os.Stat(low); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("the layer's lower dir %s is gone: %w", low, errdefs.ErrFailedPrecondition)
+		}
 	}
 	if left, err := mountsUnder(dir); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,50 +243,67 @@ func BenchmarkMount(b *testing.B) {
 }
 
 // Remount brings back a layer whose mounts were lost (a reboot) with its
-// files; it refuses a layer still mounted or whose lower dir is gone, and
-// leaves no mount behind when it fails.
+// files, over one lower dir or a stack of them; it refuses a layer still
+// mounted or whose lower dir (any of the stack) is gone, and leaves no
+// mount behind when it fails.
 func TestRemount(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
-	lower := lowerDir(t)
-	l := mount(t, lower, 64<<20)
-	if err := os.WriteFile(filepath.Join(l.Rootfs(), "kept"), []byte("kept\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Remount(l.Dir()); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("Remount of a mounted layer: %v, want ErrFailedPrecondition", err)
-	}
-	lose := func() {
-		t.Helper()
-		for _, m := range []string{l.Rootfs(), filepath.Join(l.Dir(), layerName)} {
-			if err := unix.Unmount(m, 0); err != nil {
-				t.Fatalf("unmounting %s: %v", m, err)
+	for _, stacked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stacked=%v", stacked), func(t *testing.T) {
+			bottom := lowerDir(t)
+			lower := bottom
+			if stacked {
+				top := t.TempDir()
+				if err := os.WriteFile(filepath.Join(top, "top"), []byte("top\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				lower = top + ":" + bottom
 			}
-		}
-	}
-	lose()
-	r, err := Remount(l.Dir())
-	if err != nil {
-		t.Fatalf("Remount: %v", err)
-	}
-	for name, want := range map[string]string{"kept": "kept\n", "etc/hostname": "template\n"} {
-		if got, err := os.ReadFile(filepath.Join(r.Rootfs(), name)); err != nil || string(got) != want {
-			t.Errorf("%s after Remount: %q, %v", name, got, err)
-		}
-	}
+			l := mount(t, lower, 64<<20)
+			if err := os.WriteFile(filepath.Join(l.Rootfs(), "kept"), []byte("kept\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Remount(l.Dir()); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+				t.Errorf("Remount of a mounted layer: %v, want ErrFailedPrecondition", err)
+			}
+			lose := func() {
+				t.Helper()
+				for _, m := range []string{l.Rootfs(), filepath.Join(l.Dir(), layerName)} {
+					if err := unix.Unmount(m, 0); err != nil {
+						t.Fatalf("unmounting %s: %v", m, err)
+					}
+				}
+			}
+			lose()
+			r, err := Remount(l.Dir())
+			if err != nil {
+				t.Fatalf("Remount: %v", err)
+			}
+			want := map[string]string{"kept": "kept\n", "etc/hostname": "template\n"}
+			if stacked {
+				want["top"] = "top\n"
+			}
+			for name, want := range want {
+				if got, err := os.ReadFile(filepath.Join(r.Rootfs(), name)); err != nil || string(got) != want {
+					t.Errorf("%s after Remount: %q, %v", name, got, err)
+				}
+			}
 
-	lose()
-	if err := os.Rename(lower, lower+".moved"); err != nil {
-		t.Fatal(err)
+			lose()
+			if err := os.Rename(bottom, bottom+".moved"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Remount(l.Dir()); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+				t.Errorf("Remount without its lower dir: %v, want ErrFailedPrecondition", err)
+			}
+			if mounts, err := mountsUnder(l.Dir()); err != nil || len(mounts) != 0 {
+				t.Errorf("failed Remount left mounts %v (%v)", mounts, err)
+			}
+			if err := Unmount(context.Background(), l.Dir()); err != nil {
+				t.Fatalf("Unmount: %v", err)
+			}
+			assertGone(t, l.Dir())
+		})
 	}
-	if _, err := Remount(l.Dir()); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("Remount without its lower dir: %v, want ErrFailedPrecondition", err)
-	}
-	if mounts, err := mountsUnder(l.Dir()); err != nil || len(mounts) != 0 {
-		t.Errorf("failed Remount left mounts %v (%v)", mounts, err)
-	}
-	if err := Unmount(context.Background(), l.Dir()); err != nil {
-		t.Fatalf("Unmount: %v", err)
-	}
-	assertGone(t, l.Dir())
 }
