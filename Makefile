@@ -22,8 +22,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln-agent ./cmd/kiln-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
 
-## setup: deps, build, and the cached built-in templates (base, code-interpreter;
-## the first build of code-interpreter takes about 5 minutes)
+## setup: deps, build, and the built-in templates (base, then code-interpreter on
+## base's layers), built by the template engine; the first build takes minutes
+## (Debian packages), later ones find every step cached
 setup: deps build
 	bin/kiln template build
 
