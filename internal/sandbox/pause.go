@@ -54,6 +54,9 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box) (_ Sandbox, err error
 	if b.rec.State != StateRunning {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
+	if len(b.rec.Volumes) > 0 {
+		return Sandbox{}, errVolumes(id, "paused")
+	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
 	if ck, ok := rt.(oci.Checkpointer); ok && ck.CanCheckpoint() {

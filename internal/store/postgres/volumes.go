@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/volume"
 )
 
@@ -88,4 +90,30 @@ func scanVolume(row scanner) (volume.Volume, error) {
 	}
 	v.CreatedAt = v.CreatedAt.UTC()
 	return v, nil
+}
+
+// encodeVolumes is the volumes column of sb's record: its mounts, as
+// JSON ("[]" for none).
+func encodeVolumes(sb sandbox.Sandbox) (string, error) {
+	vs := sb.Volumes
+	if vs == nil {
+		vs = []sandbox.VolumeMount{}
+	}
+	b, err := json.Marshal(vs)
+	if err != nil {
+		return "", fmt.Errorf("encoding sandbox %s volumes: %w", sb.ID, err)
+	}
+	return string(b), nil
+}
+
+// decodeVolumes reads the volumes column into sb (nil for none).
+func decodeVolumes(b []byte, sb *sandbox.Sandbox) error {
+	var vs []sandbox.VolumeMount
+	if err := json.Unmarshal(b, &vs); err != nil {
+		return fmt.Errorf("decoding sandbox %s volumes: %w", sb.ID, err)
+	}
+	if len(vs) > 0 {
+		sb.Volumes = vs
+	}
+	return nil
 }

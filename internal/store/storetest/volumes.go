@@ -106,7 +106,11 @@ func testVolumeInUse(t *testing.T, s store.Backend) {
 	}
 	sb := record("sb-1", base)
 	sb.State = sandbox.StateCreating
+	sb.Volumes = []sandbox.VolumeMount{{Volume: "vol-1", Path: "/data"}, {Volume: "vol-2", Path: "/ro", ReadOnly: true}}
 	put(t, s, sb)
+	if d := cmp.Diff(stored(sb), get(t, s, sb.ID)); d != "" {
+		t.Errorf("sandbox with volumes (-want +got):\n%s", d)
+	}
 	if inUse("vol-1") {
 		t.Fatal("vol-1 in use before any mount")
 	}

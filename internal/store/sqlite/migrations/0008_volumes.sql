@@ -19,3 +19,7 @@ CREATE TABLE volume_mounts (
 	PRIMARY KEY (volume_id, sandbox_id)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX volume_mounts_by_sandbox ON volume_mounts (sandbox_id);
+
+-- A sandbox's volume mounts ([{volume, path, read_only}], JSON), so that a
+-- restarted server still knows them (to show them, to refuse a pause).
+ALTER TABLE sandboxes ADD COLUMN volumes TEXT NOT NULL DEFAULT '[]';
