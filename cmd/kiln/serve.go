@@ -22,10 +22,10 @@ import (
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
 	"github.com/kiln-sh/kiln/internal/template"
-	"github.com/kiln-sh/kiln/internal/volume"
 	"github.com/kiln-sh/kiln/internal/template/builder"
 	"github.com/kiln-sh/kiln/internal/template/image"
 	"github.com/kiln-sh/kiln/internal/template/layer"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 const serveUsage = `Usage:
