@@ -2,11 +2,14 @@ package rootfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -46,7 +49,15 @@ func MakeVolume(ctx context.Context, dir string, size int64, uid, gid int) (err 
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("formatting volume image: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	return MountVolume(dir)
+	if err := MountVolume(dir); err != nil {
+		return err
+	}
+	// mkfs's lost+found would show in every listing; e2fsck remakes it
+	// if it needs it.
+	if err := os.Remove(filepath.Join(VolumeData(dir), "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("preparing volume: %w", err)
+	}
+	return nil
 }
 
 // MountVolume mounts the image of the volume under dir on VolumeData(dir)
@@ -61,5 +72,18 @@ func MountVolume(dir string) error {
 	if len(mounts) > 0 {
 		return nil
 	}
-	return mountImage(filepath.Join(dir, imageName), data)
+	if err := os.Mkdir(data, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("creating volume mount point: %w", err)
+	}
+	dev, err := attachLoop(filepath.Join(dir, imageName))
+	if err != nil {
+		return err
+	}
+	defer dev.Close() // the mount holds the device (see mountImage)
+	// The host reads what sandboxes wrote (the volume content API): no
+	// device nodes, no set-uid bits.
+	if err := unix.Mount(dev.Name(), data, "ext4", unix.MS_NOATIME|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("mounting volume image: %w", err)
+	}
+	return nil
 }
