@@ -80,7 +80,7 @@ const (
 type Config struct {
 	Dir   string // where the volumes live: <data>/volumes
 	Store Store
-	Node  string
+	Node  string // this node's name in records (default: the hostname)
 	// DefaultSize, MaxSize and Quota (per key, the sum of its volumes'
 	// sizes) in bytes; 0 takes the defaults above.
 	DefaultSize, MaxSize, Quota int64
@@ -109,6 +109,14 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Quota == 0 {
 		cfg.Quota = DefaultQuota
+	}
+	cfg.DefaultSize = min(cfg.DefaultSize, cfg.MaxSize)
+	if cfg.MaxSize < MinSize || cfg.Quota < MinSize {
+		return nil, fmt.Errorf("volume sizes: the largest volume (%d) and the quota per key (%d) must be at least %d bytes: %w",
+			cfg.MaxSize, cfg.Quota, MinSize, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
