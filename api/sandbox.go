@@ -21,6 +21,8 @@ type Sandbox struct {
 	AutoPause bool `json:"auto_pause,omitempty"`
 	// Network is set in the answer to a create with network mode nat.
 	Network *Network `json:"network,omitempty"`
+	// Volumes are the volumes mounted at create.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Limits are a sandbox's resource limits. Zero fields take the template's
@@ -51,6 +53,10 @@ type CreateSandboxRequest struct {
 	Snapshot string `json:"snapshot,omitempty"`
 	// Network: nil or an empty mode takes the server's default.
 	Network *Network `json:"network,omitempty"`
+	// Volumes mounts the caller's volumes (see docs/volumes.md). A
+	// sandbox with volumes cannot auto-pause, nor be paused, forked or
+	// snapshotted.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

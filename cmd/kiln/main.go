@@ -28,6 +28,7 @@ Usage:
   kiln sandbox create|ls|exec|code|...   manage a server's sandboxes (kiln sandbox -h)
   kiln files ls|get|put|rm|...           move files in and out of a server's sandbox
   kiln snapshot ls|get|rm                list and delete a server's snapshots
+  kiln volume create|ls|rm               persistent volumes that sandboxes mount
   kiln keys create|ls|revoke             manage a server's API keys (admin key)
   kiln mcp [flags]                       serve Kiln's tools to an MCP client over stdio
   kiln tools [--format openai|anthropic] print tool definitions for function-calling APIs
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string) error {
 		return filesCmd(ctx, args[1:])
 	case "snapshot", "snapshots":
 		return snapshotCmd(ctx, args[1:])
+	case "volume", "volumes":
+		return volumeCmd(ctx, args[1:])
 	case "keys":
 		return keysCmd(ctx, args[1:])
 	case "mcp":

@@ -293,6 +293,7 @@ func (r *remote) sandboxCreate(ctx context.Context, args []string) error {
 	c.fs.Var(meta, "metadata", "metadata `KEY=VALUE` to find it by (repeatable)")
 	c.fs.StringVar(&req.Snapshot, "snapshot", "", "start from this snapshot of yours (its template, runtime and limits)")
 	c.fs.BoolVar(&req.AutoPause, "auto-pause", false, "pause instead of kill at the timeout; the next use resumes it")
+	c.fs.Var((*volumeMounts)(&req.Volumes), "volume", "mount your volume `NAME:/PATH` (add :ro for read-only; repeatable)")
 	nf := addNetworkFlags(c.fs, true)
 	if _, err := c.parse(args, 0, 0); err != nil {
 		return err

@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/template/builder"
 	"github.com/kiln-sh/kiln/internal/template/image"
 	"github.com/kiln-sh/kiln/internal/template/layer"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 const serveUsage = `Usage:
@@ -65,6 +66,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 		`sandboxes' domain: E2B's sandbox.getHost(port) is PORT-ID.DOMAIN, served here (KILN_DOMAIN; default localhost:LISTEN_PORT)`)
 	fs.StringVar(&pub.TLSCert, "tls-cert", pub.TLSCert, "PEM certificate: serve HTTPS only, for the API and *.DOMAIN (KILN_TLS_CERT)")
 	fs.StringVar(&pub.TLSKey, "tls-key", pub.TLSKey, "PEM private key of --tls-cert (KILN_TLS_KEY)")
+	fs.Var(bytesFlag{&cfg.Server.VolumeMaxBytes}, "volume-max-size", "largest volume, e.g. 64G (default 64G)")
+	fs.Var(bytesFlag{&cfg.Server.VolumeQuotaBytes}, "volume-quota", "most one API key's volumes may hold together, e.g. 16G (default 16G)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -98,9 +101,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		defer nw.Close()
 	}
 	catalog := &template.Catalog{DataDir: cfg.DataDir, Store: st}
+	vols, err := volume.New(volume.Config{
+		Dir: filepath.Join(cfg.DataDir, "volumes"), Store: st,
+		MaxSize: cfg.Server.VolumeMaxBytes, Quota: cfg.Server.VolumeQuotaBytes, Log: log.With("component", "volumes"),
+	})
+	if err != nil {
+		return err
+	}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{
 		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st, Net: nw,
-		Catalog: catalog,
+		Catalog: catalog, Volumes: vols,
 	}, runtimes(ctx, cfg), log.With("component", "manager"))
 	if err != nil {
 		return err
@@ -158,7 +168,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
-		Builder: bld, Templates: st, Catalog: catalog,
+		Builder: bld, Templates: st, Catalog: catalog, Volumes: vols,
 	})
 	// Header and idle timeouts, and the cap on pending connections
 	// (internal/server/edge.go).

@@ -82,6 +82,9 @@ type Server struct {
 	// KILN_MAX_MEMORY).
 	DefaultMaxSandboxes   int
 	DefaultMaxMemoryBytes int64
+	// Volumes (internal/volume): the largest one, and the most one key's
+	// volumes may hold together; 0 takes internal/volume's defaults.
+	VolumeMaxBytes, VolumeQuotaBytes int64
 	// ShutdownGrace is how long in-flight requests and streams may run on
 	// after SIGTERM before their contexts are cancelled
 	// (KILN_SHUTDOWN_GRACE).

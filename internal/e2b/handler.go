@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 // Options wire a Handler. internal/server fills in Manager, Images, Log
@@ -45,6 +46,9 @@ type Options struct {
 	// and messages, the request log and metrics. nil: no keys, no cap, no
 	// log.
 	Edge *edge.Edge
+	// Volumes serves E2B's volume API (volumes.go) and create's
+	// volumeMounts; nil: the volume routes answer 503.
+	Volumes *volume.Manager
 }
 
 // Caller is who sent a control-plane request.
@@ -110,7 +114,7 @@ func Routed(r *http.Request) bool {
 	if p == "/health" {
 		return true
 	}
-	for _, prefix := range []string{"/sandboxes", "/v2/", "/v3/", "/templates", "/snapshots"} {
+	for _, prefix := range []string{"/sandboxes", "/v2/", "/v3/", "/templates", "/snapshots", "/volumes", "/volumecontent"} {
 		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
 			return true
 		}

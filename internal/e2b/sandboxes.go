@@ -80,6 +80,7 @@ func (h *Handler) registerControl() {
 	h.route("GET /snapshots", h.listSnapshots)
 	h.route("DELETE /templates/{id}", h.deleteTemplate)
 	h.registerTemplates()
+	h.registerVolumes()
 	h.control.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		r.Pattern = "E2B unmatched"
 		writeStatus(w, http.StatusNotFound, fmt.Sprintf("%s %s is not part of Kiln's E2B API", r.Method, r.URL.Path))
@@ -125,6 +126,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, c Caller) error
 		// in the record, so they survive a restart of kiln serve.
 		AutoPause: req.AutoPause, AutoResume: req.AutoResume != nil && req.AutoResume.Enabled,
 		AutoPauseFiles: req.AutoPauseMemory != nil && !*req.AutoPauseMemory,
+		Volumes:        createMounts(req.VolumeMounts),
 	}
 	h.fromSnapshot(r.Context(), &opts, req.TemplateID)
 	var sb sandbox.Sandbox
@@ -192,7 +194,8 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, c Caller) error {
 	}
 	writeJSON(w, http.StatusOK, sandboxDetail{
 		listedSandbox: listed(sb), EnvdAccessToken: h.token(sb.ID), Domain: h.domain(),
-		Lifecycle: lifecycle{OnTimeout: onTimeout(sb), AutoResume: sb.AutoResume},
+		Lifecycle:    lifecycle{OnTimeout: onTimeout(sb), AutoResume: sb.AutoResume},
+		VolumeMounts: shownMounts(sb.Volumes),
 	})
 	return nil
 }

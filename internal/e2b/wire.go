@@ -29,6 +29,7 @@ type newSandbox struct {
 	AutoResume          *struct {
 		Enabled bool `json:"enabled"`
 	} `json:"autoResume"`
+	VolumeMounts []volumeMount `json:"volumeMounts"`
 }
 
 // sandboxJSON is E2B's Sandbox: the answer to create and connect.
@@ -62,9 +63,10 @@ type listedSandbox struct {
 // sandboxDetail is E2B's SandboxDetail (GET /sandboxes/{id}).
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken string    `json:"envdAccessToken,omitempty"`
-	Domain          *string   `json:"domain"`
-	Lifecycle       lifecycle `json:"lifecycle"`
+	EnvdAccessToken string        `json:"envdAccessToken,omitempty"`
+	Domain          *string       `json:"domain"`
+	Lifecycle       lifecycle     `json:"lifecycle"`
+	VolumeMounts    []volumeMount `json:"volumeMounts"`
 }
 
 type lifecycle struct {

@@ -52,6 +52,15 @@ type SpecOptions struct {
 	// sandbox's own, made by internal/network); "" makes a new one with
 	// loopback only. runsc uses its interfaces (--network=sandbox).
 	NetNS string
+	// Binds are host directories mounted into the sandbox (volumes).
+	Binds []Bind
+}
+
+// Bind mounts the host directory Source at Destination in the sandbox,
+// read-only if ReadOnly; never with set-uid bits or device nodes honoured.
+type Bind struct {
+	Source, Destination string
+	ReadOnly            bool
 }
 
 // defaultCaps is what a sandbox's root keeps: Docker's default set less
@@ -185,6 +194,16 @@ func NewSpec(o SpecOptions) *specs.Spec {
 		s.Mounts = append(s.Mounts, specs.Mount{
 			Destination: PidsMount, Type: "bind", Source: o.PidsCgroup,
 			Options: []string{"bind", "rw", "nosuid", "nodev", "noexec"},
+		})
+	}
+	for _, b := range o.Binds {
+		mode := "rw"
+		if b.ReadOnly {
+			mode = "ro"
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: b.Destination, Type: "bind", Source: b.Source,
+			Options: []string{"rbind", mode, "nosuid", "nodev"},
 		})
 	}
 	return s

@@ -173,6 +173,19 @@ func Remount(dir string) (_ *Layer, err error) {
 // space, thrown away on crash) and no reserved blocks, so size is what the
 // sandbox gets.
 func makeImage(ctx context.Context, image string, size int64) error {
+	if err := sparseFile(image, size); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
+		"-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", image)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("formatting image: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// sparseFile creates image, a new sparse file of size bytes.
+func sparseFile(image string, size int64) error {
 	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating image: %w", err)
@@ -183,11 +196,6 @@ func makeImage(ctx context.Context, image string, size int64) error {
 	}
 	if err != nil {
 		return fmt.Errorf("sizing image: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0",
-		"-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard", image)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("formatting image: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -119,6 +119,9 @@ func (im *Images) capturable(rec Sandbox, verb string) (oci.Checkpointer, oci.Pa
 	if rec.State != StateRunning {
 		return nil, nil, fmt.Errorf("sandbox %s is %s; only running sandboxes can be %s: %w", rec.ID, rec.State, verb, errdefs.ErrFailedPrecondition)
 	}
+	if len(rec.Volumes) > 0 {
+		return nil, nil, errVolumes(rec.ID, verb)
+	}
 	rt := im.runtimes[rec.Runtime]
 	ck, ok := rt.(oci.Checkpointer)
 	p, okp := rt.(oci.Pauser)

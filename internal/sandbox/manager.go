@@ -65,6 +65,8 @@ type Config struct {
 	// templates, public ones, built-ins) and a pinned build by id; nil:
 	// the built-ins of DataDir only.
 	Catalog *template.Catalog
+	// Volumes binds the volumes a create asks for; nil: none can be.
+	Volumes VolumeBinder
 }
 
 // catalog is how templates are found: Catalog, or DataDir's built-ins.
@@ -121,6 +123,8 @@ type box struct {
 	procs *procs // the runtime's host processes, if this process started them
 	// containerGone: a pause deleted the container (so a resume need not).
 	containerGone bool
+	// volumeDirs are the host directories of rec.Volumes, once bound.
+	volumeDirs []string
 }
 
 // NewManager prepares the state dir and the agent binary and, if
@@ -282,6 +286,9 @@ func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Sandbox, erro
 func (m *Manager) create(ctx context.Context, opts CreateOptions) (_ Sandbox, err error) {
 	images := m.imageSeam()
 	if opts.Snapshot != "" {
+		if len(opts.Volumes) > 0 {
+			return Sandbox{}, fmt.Errorf("volumes: a sandbox from a snapshot cannot mount volumes: %w", errdefs.ErrInvalidArgument)
+		}
 		return images.fromSnapshot(ctx, opts)
 	}
 	if opts.Cold {
@@ -293,7 +300,7 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	b, rt, tmpl := p.b, p.rt, p.tmpl
 	log := m.log.With("sandbox_id", b.rec.ID, "runtime", rt.Name())
-	if p.net == nil { // pooled sandboxes have no network
+	if p.net == nil && len(b.rec.Volumes) == 0 { // pooled sandboxes have no network, nor volumes
 		if sb, ok, err := images.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
 			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
 		}
@@ -310,11 +317,18 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	if err := m.enroll(ctx, pathBoot, b, &opts.Quota, &c); err != nil {
 		return Sandbox{}, err
 	}
+	if err := m.bindVolumes(ctx, b); err != nil {
+		return Sandbox{}, err
+	}
 	if err := m.attachNetwork(ctx, pathBoot, b, p.net, &c); err != nil {
 		return Sandbox{}, err
 	}
 	t0 := time.Now()
 	ck, why := images.warmCheckpoint(tmpl, rt, b.rec.Limits)
+	if ck != nil && len(b.rec.Volumes) > 0 {
+		// A warm checkpoint has the template's mounts, not these.
+		ck, why = nil, "sandboxes with volumes boot cold"
+	}
 	conn, warm, err := m.launch(ctx, b, rt, tmpl, ck, why, false, &c)
 	if err != nil {
 		return Sandbox{}, err
@@ -384,6 +398,9 @@ func (m *Manager) plan(ctx context.Context, opts CreateOptions) (createPlan, err
 	if err != nil {
 		return createPlan{}, err
 	}
+	if err := m.checkVolumes(opts); err != nil {
+		return createPlan{}, err
+	}
 	id := NewID()
 	now := time.Now().UTC()
 	b := &box{dir: filepath.Join(m.cfg.StateDir, id.String()), rec: Sandbox{
@@ -391,7 +408,7 @@ func (m *Manager) plan(ctx context.Context, opts CreateOptions) (createPlan, err
 		Limits: limits, User: d.User, Workdir: d.Workdir, Env: env,
 		Metadata: opts.Metadata, Owner: opts.Owner, Node: m.cfg.Node,
 		CreatedAt: now, ExpiresAt: now.Add(timeout), Timeout: timeout, AutoPause: opts.AutoPause,
-		AutoResume: opts.AutoResume,
+		AutoResume: opts.AutoResume, Volumes: slices.Clone(opts.Volumes),
 	}}
 	return createPlan{b: b, rt: rt, tmpl: tmpl, net: netOpts}, nil
 }

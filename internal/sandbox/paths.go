@@ -135,6 +135,7 @@ func (m *Manager) bundle(b *box, rt oci.Runtime, root, pidsCgroup string, caps [
 		Runtime:      rt.Name(),
 		Capabilities: caps,
 		NetNS:        m.netNS(b.rec.ID),
+		Binds:        volumeBinds(b),
 	})}
 }
 

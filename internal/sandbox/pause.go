@@ -71,6 +71,9 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, keepMemory bool) (_ S
 	if b.rec.State != StateRunning {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
+	if len(b.rec.Volumes) > 0 {
+		return Sandbox{}, errVolumes(id, "paused")
+	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
 	if !keepMemory {

@@ -61,6 +61,8 @@ type Sandbox struct {
 	// Its record is kept, without Env and Metadata, for the server's
 	// RetainEnded after that, then deleted (see Store).
 	EndedAt time.Time `json:"ended_at,omitzero"`
+	// Volumes are the persistent volumes mounted into it at create.
+	Volumes []VolumeMount `json:"volumes,omitempty"`
 }
 
 // Ended returns s as the record of an ended sandbox: state and reason
@@ -113,6 +115,10 @@ type CreateOptions struct {
 	Cold bool
 	// Network: nil or a zero Mode takes the server's default.
 	Network *NetworkOptions
+	// Volumes mounts the owner's volumes (Config.Volumes binds them).
+	// A sandbox with volumes boots cold, and cannot be paused, forked or
+	// snapshotted, nor auto-pause.
+	Volumes []VolumeMount
 }
 
 // Caps on a sandbox's metadata, checked on every create (native and E2B,

@@ -18,6 +18,9 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 	}
 	eo := *o
 	eo.Manager, eo.Images, eo.Log, eo.Edge = s.m, s.im, log, s.edge
+	if eo.Volumes == nil {
+		eo.Volumes = s.volumes
+	}
 	if s.templatesOn() == nil {
 		eo.Builder, eo.Catalog, eo.Limits = s.builder, s.catalog, s.cfg.Limits
 	}

@@ -62,6 +62,7 @@ func (s *Server) createOptions(k apikey.Key, req api.CreateSandboxRequest) (sand
 		Owner:   k.ID, Quota: q, AutoPause: req.AutoPause, Snapshot: req.Snapshot,
 		AutoResume: req.AutoPause, // native auto_pause resumes on use
 		Network:    createNetwork(req.Network),
+		Volumes:    mountsFromAPI(req.Volumes),
 	}, nil
 }
 
@@ -238,6 +239,7 @@ func toAPI(sb sandbox.Sandbox) api.Sandbox {
 		Limits: api.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},
 		Env:    sb.Env, Metadata: sb.Metadata,
 		CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, AutoPause: sb.AutoPause,
+		Volumes: mountsToAPI(sb.Volumes),
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
 	"github.com/kiln-sh/kiln/internal/tools"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 // Options wire a Server.
@@ -56,6 +57,9 @@ type Options struct {
 	Builder   *builder.Builder
 	Templates template.Store
 	Catalog   *template.Catalog
+	// Volumes serves /v1/volumes (and E2B's volume API); without it those
+	// routes answer unavailable.
+	Volumes *volume.Manager
 }
 
 // Server serves the API. It is an http.Handler; Shutdown drains its
@@ -79,6 +83,7 @@ type Server struct {
 	builder *builder.Builder // templates*.go
 	tmpl    template.Store
 	catalog *template.Catalog
+	volumes *volume.Manager // volumes.go
 
 	// streams are the in-flight streaming responses; drain is cancelled
 	// when Shutdown's grace period is over.
@@ -108,7 +113,7 @@ func New(o Options) *Server {
 		m: o.Manager, im: o.Images, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
 		mux:     http.NewServeMux(),
-		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog,
+		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes,
 	}
 	s.edge = edge.New(edge.Options{
 		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
@@ -197,6 +202,11 @@ func (s *Server) register() {
 	s.route("PATCH /v1/templates/{name}", s.setTemplatePublic, 0)
 	s.route("PUT /v1/templates/{name}/tags/{tag}", s.tagTemplate, 0)
 	s.route("DELETE /v1/templates/{name}/tags/{tag}", s.untagTemplate, 0)
+
+	s.route("POST /v1/volumes", s.createVolume, 0)
+	s.route("GET /v1/volumes", s.listVolumes, 0)
+	s.route("GET /v1/volumes/{id}", s.getVolume, 0)
+	s.route("DELETE /v1/volumes/{id}", s.deleteVolume, 0)
 
 	s.route("GET /v1/keys", s.listKeys, adminOnly)
 	s.route("POST /v1/keys", s.createKey, adminOnly)

@@ -73,6 +73,9 @@ type harnessOpts struct {
 	// built-in templates shared); builds limits the builder.
 	templates string
 	builds    config.Builds
+	// volumeQuota, if set, serves volumes (in the test's own dir) with
+	// this quota per key.
+	volumeQuota int64
 }
 
 // newHarness builds a server. With root and the base template it can
@@ -105,9 +108,12 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	if o.templates != "" {
 		catalog = templateCatalog(t, cfg.DataDir, st)
 	}
-	m, err := sandbox.NewManager(context.Background(), sandbox.Config{
-		Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st, Catalog: catalog,
-	}, runtimes(cfg), log)
+	vols := newVolumes(t, filepath.Join(dir, "volumes"), st, o.volumeQuota)
+	sc := sandbox.Config{Config: cfg, StateDir: filepath.Join(dir, "sandboxes"), Store: st, Catalog: catalog}
+	if vols != nil {
+		sc.Volumes = vols
+	}
+	m, err := sandbox.NewManager(context.Background(), sc, runtimes(cfg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +133,7 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	cfg.Server.Edge = o.edge
 	so := server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: "test",
-		PingInterval: o.ping, KeyCacheTTL: o.keyCache,
+		PingInterval: o.ping, KeyCacheTTL: o.keyCache, Volumes: vols,
 	}
 	if o.e2b {
 		so.E2B = &e2b.Options{Secret: []byte("test secret")}

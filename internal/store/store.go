@@ -18,14 +18,16 @@ import (
 	"github.com/kiln-sh/kiln/internal/store/postgres"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 // Backend stores everything kiln serve must not forget: sandbox records,
-// API keys and the records of custom templates.
+// API keys, the records of custom templates and of volumes.
 type Backend interface {
 	sandbox.Store
 	apikey.Store
 	template.Store
+	volume.Store
 	Close() error
 }
 

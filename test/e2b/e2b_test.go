@@ -196,6 +196,7 @@ func sdkEnv(dir string, srv *servetest.Server) []string {
 	return append(env,
 		"E2B_API_URL="+srv.URL,
 		"E2B_SANDBOX_URL="+srv.URL,
+		"E2B_VOLUME_API_URL="+srv.URL, // the Volume class's file methods
 		"E2B_API_KEY="+srv.Key,
 		"E2B_SDK_DIR="+dir,
 	)

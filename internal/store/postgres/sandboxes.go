@@ -14,7 +14,7 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
 // microsecond, in UTC. An ended record is stored without env and metadata
@@ -35,18 +35,23 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("encoding sandbox %s metadata: %w", sb.ID, err)
 	}
+	vols, err := encodeVolumes(sb)
+	if err != nil {
+		return err
+	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21::jsonb)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
 			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
-			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build`,
+			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build,
+			volumes = excluded.volumes`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
 		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols)
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -177,9 +182,10 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		expires, paused   *time.Time
 		ended             *time.Time
 		timeout           int64
+		vols              []byte
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols); err != nil {
 		return sb, err
 	}
 	if ended != nil {
@@ -202,6 +208,9 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 	}
 	if err := decodeMap(meta, &sb.Metadata); err != nil {
 		return sb, fmt.Errorf("decoding sandbox %s metadata: %w", id, err)
+	}
+	if err := decodeVolumes(vols, &sb); err != nil {
+		return sb, err
 	}
 	return sb, nil
 }

@@ -15,7 +15,7 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
 // microsecond, in UTC. An ended record is stored without env and metadata
@@ -28,6 +28,10 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	vols, err := encodeVolumes(sb)
+	if err != nil {
+		return err
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("beginning sandbox write: %w", err)
@@ -36,17 +40,18 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 	// cascade to its metadata mid-statement.
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
 			metadata = excluded.metadata, owner = excluded.owner, node = excluded.node,
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
-			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build`,
+			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build,
+			volumes = excluded.volumes`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, limits, sb.User, sb.Workdir,
 		env, meta, sb.Owner, sb.Node, micros(sb.CreatedAt), nullMicros(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt), sb.Build)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt), sb.Build, vols)
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -215,9 +220,10 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		created, timeout  int64
 		expires, paused   sql.NullInt64
 		ended             sql.NullInt64
+		vols              string
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols); err != nil {
 		return sb, err
 	}
 	if ended.Valid {
@@ -240,6 +246,9 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 	}
 	if err := decodeMap(meta, &sb.Metadata); err != nil {
 		return sb, fmt.Errorf("decoding sandbox %s metadata: %w", id, err)
+	}
+	if err := decodeVolumes([]byte(vols), &sb); err != nil {
+		return sb, err
 	}
 	return sb, nil
 }

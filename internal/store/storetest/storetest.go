@@ -53,6 +53,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"TemplateTagRoundTripAndReplace", testTagRoundTripAndReplace},
 		{"TemplateTagOwners", testTagOwners},
 		{"TemplateTagPublic", testTagPublic},
+		{"VolumeRoundTrip", testVolumeRoundTrip},
+		{"VolumeNamesAndList", testVolumeNamesAndList},
+		{"VolumeInUse", testVolumeInUse},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
