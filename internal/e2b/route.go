@@ -164,14 +164,15 @@ func portLabel(port int) string {
 
 // record returns sandbox rawID's record if it may be served: it is on
 // this node and running, or paused (a request may wake it). A sandbox
-// being killed is not: the SDK probes /health right after a kill and
-// must get 502 without waiting for the kill to finish.
+// being killed (through this API, or by its timeout) is not: the SDK
+// probes /health right after a kill and must get 502 without waiting for
+// the kill to finish.
 func (h *Handler) record(ctx context.Context, rawID string) (sandbox.Sandbox, bool) {
 	id, err := sandbox.ParseID(rawID)
 	if err != nil {
 		return sandbox.Sandbox{}, false
 	}
-	if _, dying := h.dying.Load(id); dying {
+	if _, dying := h.dying.Load(id); dying || h.m.Ending(id) {
 		return sandbox.Sandbox{}, false
 	}
 	sb, err := h.m.Get(ctx, id)

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -125,6 +126,10 @@ type box struct {
 	containerGone bool
 	// volumeDirs are the host directories of rec.Volumes, once bound.
 	volumeDirs []string
+	// ending is set when a destroy begins, before it closes the agent's
+	// session: readable without mu, which the destroy holds while it
+	// tears the sandbox down (Ending).
+	ending atomic.Bool
 }
 
 // NewManager prepares the state dir and the agent binary and, if
@@ -554,6 +559,15 @@ func (m *Manager) Get(ctx context.Context, id ID) (Sandbox, error) {
 	return m.store.GetSandbox(ctx, id)
 }
 
+// Ending reports whether sandbox id is being destroyed (killed, expired,
+// failed), without waiting for its lock, which the destroy holds while it
+// tears the sandbox down: a data plane asked about a sandbox whose agent
+// just went away (E2B's SDKs probe /health at once) answers "gone" at once.
+func (m *Manager) Ending(id ID) bool {
+	b, err := m.box(id)
+	return err == nil && b.ending.Load()
+}
+
 // Live returns the sandboxes this Manager runs, oldest first.
 func (m *Manager) Live() []Sandbox {
 	m.mu.Lock()
@@ -618,6 +632,7 @@ func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string
 // destroyLocked is destroy for a caller holding b.mu.
 func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason string) error {
 	id := b.rec.ID
+	b.ending.Store(true)
 	// A sandbox whose earlier destroy failed may be destroyed again.
 	if b.rec.State != StateFailed {
 		if err := m.transition(ctx, b, StateStopping, reason); err != nil {
