@@ -67,9 +67,14 @@ func TestPauseFiles(t *testing.T) {
 		}
 
 		// The timeout of an AutoPauseFiles sandbox pauses it that way.
-		a := create(t, m2, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoPauseFiles: true, Timeout: 2 * time.Second})
+		// (Its timeout is cut short only once the file is written: a create
+		// under load can take longer than any short timeout.)
+		a := create(t, m2, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoPauseFiles: true, Timeout: 10 * time.Minute})
 		a.Sh("echo auto > /home/user/state.txt; nohup sleep 600 >/dev/null 2>&1 &")
-		waitState(t, m2, a.SB.ID, sandbox.StatePaused, 30*time.Second)
+		if _, err := m2.SetTimeout(ctx, a.SB.ID, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, m2, a.SB.ID, sandbox.StatePaused, 60*time.Second)
 		if _, err := m2.SetTimeout(ctx, a.SB.ID, 10*time.Minute); err != nil {
 			t.Fatal(err)
 		}
