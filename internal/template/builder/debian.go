@@ -210,15 +210,11 @@ func (r *run) outputWriter() io.WriteCloser {
 		defer close(done)
 		var lines lineSplitter
 		buf := make([]byte, 32<<10)
-		emit := func(s string) {
-			r.tail.add(s)
-			r.output(s)
-		}
 		for {
 			n, err := pr.Read(buf)
-			lines.write(buf[:n], emit)
+			lines.write(buf[:n], r.output)
 			if err != nil {
-				lines.flush(emit)
+				lines.flush(r.output)
 				return
 			}
 		}

@@ -53,8 +53,12 @@ func (r *run) logEvent(event, level, format string, a ...any) {
 	r.log.add(r.entry(event, level, fmt.Sprintf(format, a...)), false)
 }
 
-// output logs a line a RUN step printed.
-func (r *run) output(line string) { r.log.add(r.entry("", levelInfo, line), true) }
+// output logs a line a step printed, and keeps it in the tail a
+// failure's reason quotes.
+func (r *run) output(line string) {
+	r.tail.add(line)
+	r.log.add(r.entry("", levelInfo, line), true)
+}
 
 // entry is a line of the part of the build being run, with its stage,
 // the recipe's size and its event.

@@ -115,7 +115,6 @@ func (r *run) exec(ctx context.Context, ag *sandbox.Agent, user, cwd, script, ar
 		}
 		lines.write(ev.Data, func(s string) {
 			if logOutput {
-				r.tail.add(s)
 				r.output(s)
 			}
 		})
@@ -124,7 +123,6 @@ func (r *run) exec(ctx context.Context, ag *sandbox.Agent, user, cwd, script, ar
 	exit, err := ag.Exec(ctx, wire.ExecParams{Args: args, User: user, Cwd: cwd, Env: r.cfg.Env}, emit)
 	lines.flush(func(s string) {
 		if logOutput {
-			r.tail.add(s)
 			r.output(s)
 		}
 	})
