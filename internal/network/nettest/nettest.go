@@ -247,10 +247,9 @@ var (
 // host namespace, on every address (as the Kiln API might listen).
 const HostServiceAddr = "0.0.0.0:8420"
 
-// Standard is a world with three sites, the metadata service (answers
-// "metadata") and a host service, and a Network on its host, closed when
-// the test ends.
-func Standard(t testing.TB) (*World, *network.Network) {
+// NewStandard is a world with three sites, the metadata service (answers
+// "metadata") and a host service.
+func NewStandard(t testing.TB) *World {
 	t.Helper()
 	w := New(t)
 	w.AddSite(t, AllowedSite, "allowed", "allowed.test")
@@ -258,6 +257,21 @@ func Standard(t testing.TB) (*World, *network.Network) {
 	w.AddSite(t, CIDRSite, "cidr", "cidr.test")
 	w.AddSite(t, MetadataAddr, "metadata")
 	w.ServeHTTP(t, w.Host, HostServiceAddr, "host service")
+	return w
+}
+
+// ServeEnv is the environment that runs a kiln serve's sandbox
+// networking on this world's host with its DNS (and fails its start if it
+// cannot).
+func (w *World) ServeEnv() []string {
+	return []string{"KILN_NETWORK=on", "KILN_NETWORK_HOST_NS=" + w.Host, "KILN_NETWORK_DNS=" + w.Upstream()[0]}
+}
+
+// Standard is NewStandard with a Network on its host, closed when the
+// test ends.
+func Standard(t testing.TB) (*World, *network.Network) {
+	t.Helper()
+	w := NewStandard(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	n, err := network.New(context.Background(), w.Config(), log)
 	if err != nil {
