@@ -33,7 +33,7 @@ type Server struct {
 	Key    string // the admin API key it printed on its first start
 	Client *client.Client
 	// World is the test world its sandbox networking runs in (nettest's
-	// standard sites); nil with Options.HostNetwork.
+	// standard sites); nil with Options.OwnNetwork.
 	World *nettest.World
 }
 
@@ -41,11 +41,10 @@ type Server struct {
 type Options struct {
 	// Env is added to kiln serve's environment (after the network's).
 	Env []string
-	// HostNetwork runs its sandbox networking in this machine's own
-	// network namespace (KILN_NETWORK=on) instead of a test world: only
-	// for the one test that must reach a real package mirror. Two such
-	// servers at once collide (the second fails to start).
-	HostNetwork bool
+	// OwnNetwork: Env sets up the server's sandbox networking itself
+	// (e.g. in nettest.RealUplink's namespace, for the one test that must
+	// reach a real package mirror), so it gets no test world.
+	OwnNetwork bool
 }
 
 var worlds sync.Map // testing.TB → *nettest.World
@@ -104,8 +103,8 @@ func Start(t testing.TB, kiln string) *Server { return StartWith(t, kiln, Option
 func StartWith(t testing.TB, kiln string, o Options) *Server {
 	t.Helper()
 	s := &Server{}
-	env := []string{"KILN_NETWORK=on"}
-	if !o.HostNetwork {
+	var env []string
+	if !o.OwnNetwork {
 		s.World = World(t)
 		env = s.World.ServeEnv()
 	}

@@ -280,3 +280,53 @@ func Standard(t testing.TB) (*World, *network.Network) {
 	t.Cleanup(func() { n.Close() })
 	return w, n
 }
+
+// RealUplink makes a host namespace of the test's own that is routed
+// (masqueraded) to this machine's real network, for the few tests that
+// must reach a real server (a Debian mirror): sandbox networking runs
+// there (network.Config.HostNS, KILN_NETWORK_HOST_NS) while the
+// machine's own "kiln" table, which a kiln serve here may be using, is
+// left alone. It needs net.ipv4.ip_forward on the machine, as kiln serve
+// does, and leaves it on. Everything else it made goes when the test ends.
+func RealUplink(t testing.TB) (ns string) {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	tag := hex.EncodeToString(b)
+	ns, link, table := "kilnt-"+tag+"-up", "kup"+tag, "kilnt_up_"+tag
+	// A /30 in the shared address space (RFC 6598) for the link.
+	outer := netip.AddrFrom4([4]byte{100, 100 + b[0]%27, b[1], 1})
+	inner := outer.Next()
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("nft", "delete", "table", "ip", table).Run()
+		_ = exec.Command("ip", "link", "del", link).Run()
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+	})
+	run("ip", "netns", "add", ns)
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "link", "add", link, "type", "veth", "peer", "name", "uplink", "netns", ns)
+	run("ip", "addr", "add", outer.String()+"/30", "dev", link)
+	run("ip", "link", "set", link, "up")
+	run("ip", "-n", ns, "addr", "add", inner.String()+"/30", "dev", "uplink")
+	run("ip", "-n", ns, "link", "set", "uplink", "up")
+	run("ip", "-n", ns, "route", "add", "default", "via", outer.String())
+	run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+	rules := fmt.Sprintf(`table ip %s {
+	chain forward { type filter hook forward priority 0; policy accept; }
+	chain postrouting { type nat hook postrouting priority 100; ip saddr %s/32 oifname != %q masquerade; }
+}
+`, table, inner, link)
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	return ns
+}
