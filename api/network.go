@@ -25,6 +25,11 @@ type Network struct {
 	BandwidthBytes int64 `json:"bandwidth_bytes,omitempty"`
 	// MaxConnections caps the connections open at once (0: none).
 	MaxConnections int `json:"max_connections,omitempty"`
+	// MaskHost, if set, is the Host header requests to the sandbox's
+	// exposed ports carry instead of the one the client used: a host or
+	// host:port in which "${PORT}" stands for the port (E2B's
+	// maskRequestHost).
+	MaskHost string `json:"mask_host,omitempty"`
 
 	// Address is the sandbox's own address inside (read-only).
 	Address string `json:"address,omitempty"`

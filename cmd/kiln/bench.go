@@ -45,7 +45,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	code := fs.Bool("code", true, "also measure the code interpreter (needs the code-interpreter template)")
 	warm := fs.Bool("warm", true, "code-interpreter creates on runsc: cold, from the warm template, from a pool")
 	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
-	tmpls := fs.Bool("templates", false, "custom templates on runsc: first and cached build of a Dockerfile (reaches the Debian mirror; needs KILN_NETWORK=on), creates cold, from its warm snapshot, from a pool")
+	tmpls := fs.Bool("templates", false, "custom templates on runsc: first and cached build of a Dockerfile (reaches the Debian mirror through sandbox networking, on unless KILN_NETWORK=off), creates cold, from its warm snapshot, from a pool")
 	tmplN := fs.Int("templates-samples", 10, "creates per way in the templates run")
 	snaps := fs.Bool("snapshots", true, "pause, resume, fork and snapshot latency on runsc against working-set size")
 	snapSizes := fs.String("snapshot-sizes", "50M,256M,500M,2G", "working sets for --snapshots")
@@ -207,9 +207,10 @@ func writeFile(path string, b []byte) error {
 // data dir (the built-in templates shared), and the host's sandbox
 // networking for the build's apt-get.
 func benchTemplates(ctx context.Context, cfg config.Config, log *slog.Logger, n int) (*bench.TemplatesResult, error) {
-	if !cfg.Network.Enable {
-		return nil, fmt.Errorf("--templates builds with apt-get over NAT: set KILN_NETWORK=on")
+	if cfg.Network.Setup == config.NetworkOff {
+		return nil, fmt.Errorf("--templates builds with apt-get over NAT: sandbox networking is off (KILN_NETWORK)")
 	}
+	cfg.Network.Setup = config.NetworkOn // the builds need it: fail if the host cannot
 	dir, err := os.MkdirTemp(cfg.DataDir, "bench-templates-")
 	if err != nil {
 		return nil, fmt.Errorf("creating scratch dir: %w", err)

@@ -27,11 +27,13 @@ import (
 
 var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
 
-// startServe starts `kiln serve` on dataDir and waits until it answers. On the
-// first start it returns the admin key it prints.
+// startServe starts `kiln serve` on dataDir, its sandbox networking in
+// t's test world (the same on a restart), and waits until it answers. On
+// the first start it returns the admin key it prints.
 func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	cmd.Env = append(os.Environ(), servetest.NetEnv(t)...)
 	stdout, _ := cmd.StdoutPipe()
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
 	cmd.Stderr = logf

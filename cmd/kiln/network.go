@@ -13,10 +13,13 @@ import (
 	"github.com/kiln-sh/kiln/internal/network"
 )
 
-// openNetwork sets up sandbox networking when the config enables it; nil
-// without.
+// openNetwork sets up sandbox networking as the config says
+// (config.Network.Setup): off → nil; on → it or an error; auto (the
+// default) → it where the host can, else nil after one warning, unless
+// KILN_NETWORK_DEFAULT=nat asks for it explicitly.
 func openNetwork(ctx context.Context, cfg config.Config, log *slog.Logger) (*network.Network, error) {
-	if !cfg.Network.Enable {
+	setup := config.ParseNetworkSetup(cfg.Network.Setup)
+	if setup == config.NetworkOff {
 		return nil, nil
 	}
 	nc := network.Config{HostNS: cfg.Network.HostNS}
@@ -34,11 +37,40 @@ func openNetwork(ctx context.Context, cfg config.Config, log *slog.Logger) (*net
 		nc.Upstream = append(nc.Upstream, d)
 	}
 	n, err := network.New(ctx, nc, log)
-	if err != nil {
-		return nil, fmt.Errorf("setting up sandbox networking (KILN_NETWORK=on): %w", err)
+	if err == nil {
+		return n, nil
 	}
-	return n, nil
+	if setup == config.NetworkOn || cfg.Network.DefaultMode == "nat" {
+		return nil, fmt.Errorf("setting up sandbox networking (KILN_NETWORK=%s, KILN_NETWORK_DEFAULT=%s): %w",
+			setup, cfg.Network.DefaultMode, err)
+	}
+	log.Warn("sandbox networking is off: this host cannot set it up, so sandboxes have loopback only and network requests are refused "+
+		"(KILN_NETWORK=on makes this an error, KILN_NETWORK=off silences it)", "err", err.Error())
+	return nil, nil
 }
+
+// networkFlag is serve's --network: auto, on or off; a bare --network
+// (the older boolean flag) is on.
+type networkFlag struct{ p *string }
+
+func (f networkFlag) String() string {
+	if f.p == nil || *f.p == "" {
+		return config.NetworkAuto
+	}
+	return *f.p
+}
+
+func (f networkFlag) Set(s string) error {
+	v := config.ParseNetworkSetup(s)
+	switch v {
+	case config.NetworkAuto, config.NetworkOn, config.NetworkOff:
+		*f.p = v
+		return nil
+	}
+	return fmt.Errorf("want auto, on or off")
+}
+
+func (networkFlag) IsBoolFlag() bool { return true }
 
 // networkFlags are the network flags of sandbox create and sandbox
 // network.

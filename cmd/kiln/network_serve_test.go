@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/network/nettest"
 )
 
@@ -74,5 +77,37 @@ func TestServeNetwork(t *testing.T) {
 	}
 	if !found {
 		t.Error("/metrics has no non-zero policy drops for the sandbox")
+	}
+}
+
+// TestOpenNetworkSetup: where the host cannot set networking up (here:
+// another Network holds the host namespace), auto runs without it after a
+// warning, on and an explicit nat default fail, off never tries.
+func TestOpenNetworkSetup(t *testing.T) {
+	w, _ := nettest.Standard(t) // its Network holds w.Host
+	for _, c := range []struct {
+		setup, def string
+		wantErr    bool
+	}{
+		{config.NetworkAuto, "", false},
+		{config.NetworkOff, "", false},
+		{config.NetworkOn, "", true},
+		{config.NetworkAuto, "nat", true},
+	} {
+		var logs bytes.Buffer
+		cfg := config.Default()
+		cfg.Network.Setup, cfg.Network.DefaultMode, cfg.Network.HostNS = c.setup, c.def, w.Host
+		n, err := openNetwork(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		if n != nil {
+			n.Close()
+			t.Errorf("%s/%s: networking set up in a namespace another one holds", c.setup, c.def)
+		}
+		if (err != nil) != c.wantErr {
+			t.Errorf("%s/%s: err %v, want error %v", c.setup, c.def, err, c.wantErr)
+		}
+		warned := strings.Contains(logs.String(), "sandbox networking is off") && strings.Contains(logs.String(), "another kiln serve")
+		if want := c.setup == config.NetworkAuto && !c.wantErr; warned != want {
+			t.Errorf("%s/%s: warned %v, want %v: %s", c.setup, c.def, warned, want, logs.String())
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
 // selfSigned writes a self-signed certificate for names (and 127.0.0.1)
@@ -68,12 +70,16 @@ func selfSigned(t *testing.T, dir string, names ...string) (certFile, keyFile st
 	return certFile, keyFile, pool
 }
 
-// serveKey starts `kiln serve args...` with env added to this process's,
-// stops it when the test ends (logging its log if the test failed), and
-// returns the admin key it prints on its first start.
+// serveKey starts `kiln serve args...` with env added to this process's
+// (its sandbox networking in t's test world unless env names a host
+// namespace), stops it when the test ends (logging its log if the test
+// failed), and returns the admin key it prints on its first start.
 func serveKey(t *testing.T, kiln string, env []string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(kiln, append([]string{"serve"}, args...)...)
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KILN_NETWORK_HOST_NS=") }) {
+		env = append(servetest.NetEnv(t), env...)
+	}
 	cmd.Env = append(os.Environ(), env...)
 	stdout, _ := cmd.StdoutPipe()
 	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))

@@ -50,8 +50,10 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 		cfg.Server.Pools = config.Pools{}
 	}
 	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template (name or name:tag), e.g. "code-interpreter=2,base=4,site:v2=1" (KILN_POOL)`)
-	fs.BoolVar(&cfg.Network.Enable, "network", cfg.Network.Enable, "set up sandbox networking: NAT, egress policy, exposed ports (KILN_NETWORK=on)")
-	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode, `network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT)`)
+	fs.Var(networkFlag{&cfg.Network.Setup}, "network",
+		`sandbox networking (NAT, egress policy, DNS): "auto" where the host can, "on" (fail if it cannot) or "off"; a bare --network is on (KILN_NETWORK)`)
+	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode,
+		`network of sandboxes that do not ask: "none" or "nat" (KILN_NETWORK_DEFAULT; default nat when networking is up)`)
 	cfg.Server.Builds = cfg.Server.Builds.WithDefaults()
 	b := &cfg.Server.Builds
 	fs.DurationVar(&b.Timeout, "build-timeout", b.Timeout, "longest a template build may run (KILN_BUILD_TIMEOUT)")
@@ -157,7 +159,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if nw != nil {
 		mt.RegisterNetwork(m)
 	}
-	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, log)
+	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, nw != nil, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -199,16 +201,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 // newBuilder starts the template build engine: builds and uploads under
 // the data dir, layers in DATA_DIR/layers, build sandboxes on the
-// Manager (with NAT when sandbox networking is on, so that RUN steps reach
+// Manager (with NAT when sandbox networking is up, so that RUN steps reach
 // package mirrors).
 func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalog *template.Catalog,
-	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, log *slog.Logger) (*builder.Builder, error) {
+	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, networked bool, log *slog.Logger) (*builder.Builder, error) {
 	layers, err := layer.Open(filepath.Join(cfg.DataDir, "layers"))
 	if err != nil {
 		return nil, fmt.Errorf("opening the layer store: %w", err)
 	}
 	network := sandbox.NetworkNone
-	if cfg.Network.Enable {
+	if networked {
 		network = sandbox.NetworkNAT
 	}
 	b := cfg.Server.Builds.WithDefaults()

@@ -53,12 +53,16 @@ type Liveness struct {
 
 // Network configures sandbox networking (internal/network, docs/networking.md).
 type Network struct {
-	// Enable sets up sandbox networking on this host (KILN_NETWORK=on):
-	// IP forwarding, an nftables table "kiln" and the Kiln DNS resolver.
-	// Off, every sandbox has loopback only.
-	Enable bool
+	// Setup says whether kiln serve sets up sandbox networking on this
+	// host (KILN_NETWORK, --network): IP forwarding, an nftables table
+	// "kiln" and the Kiln DNS resolver. NetworkAuto ("" too) sets it up
+	// where the host can and otherwise runs without; NetworkOn fails
+	// startup if it cannot; NetworkOff never sets it up. Without it every
+	// sandbox has loopback only.
+	Setup string
 	// DefaultMode is the network of sandboxes whose create request and
-	// template do not choose one: "none" or "nat" (KILN_NETWORK_DEFAULT).
+	// template do not choose one: "none" or "nat" (KILN_NETWORK_DEFAULT);
+	// "" is nat when networking is up, else none.
 	DefaultMode string
 	// Pool is the IPv4 range of the sandboxes' outer links, one /30 each
 	// (KILN_NETWORK_POOL, default 10.200.0.0/16); it must not overlap the
@@ -156,6 +160,7 @@ func Default() Config {
 			RetainEnded:       7 * 24 * time.Hour,
 			MaxSnapshots:      50, MaxSnapshotBytes: 50 * GiB,
 		},
+		Network: Network{Setup: NetworkAuto},
 		Server: Server{
 			Listen:              "127.0.0.1:8420",
 			DefaultMaxSandboxes: 100, DefaultMaxMemoryBytes: 64 * GiB,
@@ -198,7 +203,7 @@ func FromEnv() Config {
 	str(&c.Server.Listen, "KILN_LISTEN")
 	str(&c.Server.Store, "KILN_STORE")
 	if v := os.Getenv("KILN_NETWORK"); v != "" {
-		c.Network.Enable = v == "on" || v == "1" || v == "true"
+		c.Network.Setup = ParseNetworkSetup(v)
 	}
 	str(&c.Network.DefaultMode, "KILN_NETWORK_DEFAULT")
 	str(&c.Network.Pool, "KILN_NETWORK_POOL")
@@ -322,12 +327,39 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// Settings of Network.Setup.
+const (
+	NetworkAuto = "auto"
+	NetworkOn   = "on"
+	NetworkOff  = "off"
+)
+
+// ParseNetworkSetup reads a KILN_NETWORK or --network value: auto, on or
+// off, with the older boolean spellings (1, true, yes → on; 0, false,
+// no → off). Anything else is kept as given for Validate to report.
+func ParseNetworkSetup(v string) string {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", NetworkAuto:
+		return NetworkAuto
+	case NetworkOn, "1", "true", "yes":
+		return NetworkOn
+	case NetworkOff, "0", "false", "no":
+		return NetworkOff
+	}
+	return v
+}
+
 func (n Network) validate() error {
+	switch n.Setup {
+	case "", NetworkAuto, NetworkOn, NetworkOff:
+	default:
+		return fmt.Errorf("sandbox networking %q (KILN_NETWORK, --network): want auto, on or off", n.Setup)
+	}
 	switch n.DefaultMode {
 	case "", "none":
 	case "nat":
-		if !n.Enable {
-			return errors.New("default network nat (KILN_NETWORK_DEFAULT) needs sandbox networking on (KILN_NETWORK=on)")
+		if n.Setup == NetworkOff {
+			return errors.New("default network nat (KILN_NETWORK_DEFAULT) needs sandbox networking (KILN_NETWORK is off)")
 		}
 	default:
 		return fmt.Errorf("default network %q (KILN_NETWORK_DEFAULT): want none or nat", n.DefaultMode)

@@ -12,11 +12,12 @@ import (
 
 // networkConfig is E2B's SandboxNetworkConfig (create) and
 // SandboxNetworkUpdateConfig (PUT /sandboxes/{id}/network). Fields Kiln
-// does not act on (masking, egress proxies, header rules) are ignored.
+// does not act on (egress proxies, header rules, httpsPorts) are ignored.
 type networkConfig struct {
 	AllowOut            []string `json:"allowOut"`
 	DenyOut             []string `json:"denyOut"`
 	AllowPublicTraffic  *bool    `json:"allowPublicTraffic"`
+	MaskRequestHost     string   `json:"maskRequestHost"`       // create only
 	AllowInternetAccess *bool    `json:"allow_internet_access"` // update only
 }
 
@@ -28,7 +29,8 @@ const everything = "0.0.0.0/0"
 // sandbox has no internet whatever E2B asks. Otherwise egress is open
 // unless allowInternet is false or denyOut names 0.0.0.0/0, then only
 // allowOut is reachable; the ports are public (E2B's default) unless
-// allowPublicTraffic is false, then the traffic access token is needed.
+// allowPublicTraffic is false, then the traffic access token is needed;
+// maskRequestHost is the Host requests to the ports carry.
 func networkOptions(allowInternet *bool, n *networkConfig) *sandbox.NetworkOptions {
 	if n == nil {
 		n = &networkConfig{}
@@ -39,11 +41,11 @@ func networkOptions(allowInternet *bool, n *networkConfig) *sandbox.NetworkOptio
 		p.Egress = network.EgressDeny
 	}
 	public := n.AllowPublicTraffic == nil || *n.AllowPublicTraffic
-	return &sandbox.NetworkOptions{Policy: p, Public: public}
+	return &sandbox.NetworkOptions{Policy: p, Public: public, MaskHost: n.MaskRequestHost}
 }
 
 // updateNetwork is PUT /sandboxes/{id}/network: the egress rules are
-// replaced; whether the ports are public stays.
+// replaced; whether the ports are public, and their mask host, stay.
 func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, c Caller) error {
 	var req networkConfig
 	if err := decodeJSON(w, r, &req); err != nil {
@@ -61,7 +63,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request, c Caller
 		return fmt.Errorf("sandbox %s has no network on this server (KILN_NETWORK): %w", sb.ID, errdefs.ErrFailedPrecondition)
 	}
 	o := networkOptions(req.AllowInternetAccess, &networkConfig{AllowOut: req.AllowOut, DenyOut: req.DenyOut})
-	o.Public = cur.Public
+	o.Public, o.MaskHost = cur.Public, cur.MaskHost
 	if _, err := h.m.SetNetwork(r.Context(), sb.ID, *o); err != nil {
 		return fmt.Errorf("updating the sandbox's network: %w", err)
 	}

@@ -21,6 +21,8 @@ func TestNetworkOptions(t *testing.T) {
 			`{"Mode":"","Policy":{"egress":"deny","allow":["1.1.1.1","example.com"]},"Public":true}`},
 		{"deny some", nil, `{"denyOut":["10.0.0.0/8"]}`, `{"Mode":"","Policy":{"egress":"allow","deny":["10.0.0.0/8"]},"Public":true}`},
 		{"private ports", nil, `{"allowPublicTraffic":false}`, `{"Mode":"","Policy":{"egress":"allow"},"Public":false}`},
+		{"mask host", nil, `{"maskRequestHost":"app.internal:${PORT}"}`,
+			`{"Mode":"","Policy":{"egress":"allow"},"Public":true,"MaskHost":"app.internal:${PORT}"}`},
 	} {
 		var n *networkConfig
 		if tc.network != "" {

@@ -70,6 +70,20 @@ type State struct {
 	// request needs an API key or Token.
 	Public bool   `json:"public"`
 	Token  string `json:"token"` // traffic access token for exposed ports
+	// MaskHost is the Host requests to its exposed ports carry instead of
+	// the one the client used ("" keeps it); see Exposure.
+	MaskHost string `json:"mask_host,omitempty"`
+}
+
+// Exposure is how a sandbox's exposed ports are served.
+type Exposure struct {
+	// Public: the ports answer anyone; otherwise a request needs an API
+	// key or the traffic token.
+	Public bool
+	// MaskHost, if set, is the Host header of requests proxied to the
+	// ports (E2B's maskRequestHost): a host[:port] in which "${PORT}"
+	// stands for the port. ValidateMaskHost checks it.
+	MaskHost string
 }
 
 // Network manages the networks of one host's sandboxes.
@@ -77,6 +91,7 @@ type Network struct {
 	cfg Config
 	log *slog.Logger
 
+	lock    *os.File // the host namespace's (instance.go)
 	udp     net.PacketConn
 	tcp     net.Listener
 	dnsPort int
@@ -101,6 +116,7 @@ type endpoint struct {
 	learned map[netip.Addr]learnt // allowed by DNS answers
 	pairs   []string              // host set elements this sandbox added
 	public  bool
+	mask    string
 	token   string
 	qWindow time.Time // start of the current DNS rate window
 	qCount  int
@@ -125,18 +141,28 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Network, error) {
 	if len(cfg.Upstream) == 0 {
 		cfg.Upstream = hostResolvers("/etc/resolv.conf")
 	}
-	n := &Network{cfg: cfg, log: log, eps: map[string]*endpoint{}, bySrc: map[netip.Addr]*endpoint{},
-		slots: map[int]string{}}
-	if err := n.listenDNS(); err != nil {
+	if err := CheckHost(); err != nil {
 		return nil, err
 	}
-	if err := nsExec(ctx, cfg.HostNS, "", "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	lock, err := lockHostNS(cfg.HostNS)
+	if err != nil {
+		return nil, err
+	}
+	n := &Network{cfg: cfg, log: log, lock: lock, eps: map[string]*endpoint{}, bySrc: map[netip.Addr]*endpoint{},
+		slots: map[int]string{}}
+	fail := func(err error) (*Network, error) {
 		n.closeDNS()
-		return nil, fmt.Errorf("enabling forwarding: %w", err)
+		lock.Close()
+		return nil, err
+	}
+	if err := n.listenDNS(); err != nil {
+		return fail(err)
+	}
+	if err := nsExec(ctx, cfg.HostNS, "", "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+		return fail(fmt.Errorf("enabling forwarding: %w", err))
 	}
 	if err := nsExec(ctx, cfg.HostNS, n.hostRuleset(), "nft", "-f", "-"); err != nil {
-		n.closeDNS()
-		return nil, fmt.Errorf("installing host rules: %w", err)
+		return fail(fmt.Errorf("installing host rules: %w", err))
 	}
 	n.wg.Add(2)
 	go n.serveUDP()
@@ -154,6 +180,7 @@ func (n *Network) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err = nsExec(ctx, n.cfg.HostNS, "", "nft", "delete", "table", "ip", "kiln")
+		n.lock.Close() // after the table is gone: the next Network may start
 	})
 	return err
 }
@@ -184,8 +211,11 @@ func (n *Network) maxSlots() int { return 1 << (32 - n.cfg.Pool.Bits() - 2) }
 
 // Attach makes sandbox id's network with policy p: the sandbox and router
 // namespaces, their links, NAT and rules. On error nothing is left.
-func (n *Network) Attach(ctx context.Context, id string, p Policy, public bool) (_ State, err error) {
+func (n *Network) Attach(ctx context.Context, id string, p Policy, ex Exposure) (_ State, err error) {
 	if err := p.Validate(); err != nil {
+		return State{}, err
+	}
+	if err := ValidateMaskHost(ex.MaskHost); err != nil {
 		return State{}, err
 	}
 	n.mu.Lock()
@@ -213,7 +243,7 @@ func (n *Network) Attach(ctx context.Context, id string, p Policy, public bool) 
 	if err := n.build(ctx, id, slot); err != nil {
 		return State{}, err
 	}
-	st := State{Slot: slot, Policy: p, Public: public, Token: rand.Text()}
+	st := State{Slot: slot, Policy: p, Public: ex.Public, Token: rand.Text(), MaskHost: ex.MaskHost}
 	if err := n.register(ctx, id, st); err != nil {
 		return State{}, err
 	}
@@ -268,7 +298,8 @@ func (n *Network) build(ctx context.Context, id string, slot int) error {
 
 // register installs a sandbox's rules and starts serving its DNS.
 func (n *Network) register(ctx context.Context, id string, st State) error {
-	ep := &endpoint{id: id, slot: st.Slot, learned: map[netip.Addr]learnt{}, public: st.Public, token: st.Token}
+	ep := &endpoint{id: id, slot: st.Slot, learned: map[netip.Addr]learnt{}, public: st.Public, token: st.Token,
+		mask: st.MaskHost}
 	_, router := n.slotAddrs(st.Slot)
 	if err := n.apply(ctx, ep, st.Policy); err != nil {
 		return err
@@ -426,7 +457,7 @@ func (n *Network) State(id string) (State, error) {
 }
 
 func (ep *endpoint) state() State {
-	return State{Slot: ep.slot, Policy: ep.policy, Public: ep.public, Token: ep.token}
+	return State{Slot: ep.slot, Policy: ep.policy, Public: ep.public, Token: ep.token, MaskHost: ep.mask}
 }
 
 // Has reports whether sandbox id has a network.
@@ -435,11 +466,14 @@ func (n *Network) Has(id string) bool {
 	return err == nil
 }
 
-// SetPolicy replaces a sandbox's policy and whether its ports are public;
+// SetPolicy replaces a sandbox's policy and how its ports are exposed;
 // new connections and DNS queries follow it at once (established
 // connections keep flowing).
-func (n *Network) SetPolicy(ctx context.Context, id string, p Policy, public bool) (State, error) {
+func (n *Network) SetPolicy(ctx context.Context, id string, p Policy, ex Exposure) (State, error) {
 	if err := p.Validate(); err != nil {
+		return State{}, err
+	}
+	if err := ValidateMaskHost(ex.MaskHost); err != nil {
 		return State{}, err
 	}
 	ep, err := n.endpoint(id)
@@ -451,7 +485,7 @@ func (n *Network) SetPolicy(ctx context.Context, id string, p Policy, public boo
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	ep.public = public
+	ep.public, ep.mask = ex.Public, ex.MaskHost
 	return ep.state(), nil
 }
 

@@ -27,7 +27,7 @@ func newID() string {
 func attach(t *testing.T, n *network.Network, p network.Policy) string {
 	t.Helper()
 	id := newID()
-	if _, err := n.Attach(context.Background(), id, p, false); err != nil {
+	if _, err := n.Attach(context.Background(), id, p, network.Exposure{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -143,7 +143,7 @@ func TestPolicy(t *testing.T) {
 	})
 	t.Run("changed live", func(t *testing.T) {
 		if _, err := n.SetPolicy(ctx, a, network.Policy{Egress: network.EgressDeny,
-			Allow: []string{"allowed.test", "169.254.169.254"}}, false); err != nil {
+			Allow: []string{"allowed.test", "169.254.169.254"}}, network.Exposure{}); err != nil {
 			t.Fatal(err)
 		}
 		runChecks(t, ns, []check{
@@ -267,7 +267,7 @@ func BenchmarkAttach(b *testing.B) {
 	for b.Loop() {
 		id := newID()
 		t0 := time.Now()
-		if _, err := n.Attach(ctx, id, network.Policy{Deny: []string{"203.0.113.0/24"}}, false); err != nil {
+		if _, err := n.Attach(ctx, id, network.Policy{Deny: []string{"203.0.113.0/24"}}, network.Exposure{}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/network"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -69,7 +70,8 @@ func New(m *sandbox.Manager, authorize func(r *http.Request, sb sandbox.Sandbox)
 			t := target(pr.In.Context())
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = t.id.String() + ":" + strconv.Itoa(t.port)
-			pr.Out.Host = pr.In.Host // apps see the host the client used
+			// Apps see the host the client used, or the sandbox's mask.
+			pr.Out.Host = network.MaskedHost(t.mask, pr.In.Host, t.port)
 			pr.SetXForwarded()
 			for _, h := range []string{HeaderTrafficToken, HeaderKilnToken, "X-Api-Key"} {
 				pr.Out.Header.Del(h)
@@ -119,7 +121,8 @@ func Forbidden(w http.ResponseWriter, id sandbox.ID) {
 type proxyTarget struct {
 	id        sandbox.ID
 	port      int
-	stripAuth bool // Authorization carried our API key: do not pass it on
+	stripAuth bool   // Authorization carried our API key: do not pass it on
+	mask      string // the sandbox's mask host, "" for none
 }
 
 func target(ctx context.Context) proxyTarget {
@@ -138,7 +141,7 @@ func (p *Proxy) ServePort(w http.ResponseWriter, r *http.Request, sb sandbox.San
 		portClosed(w, sb.ID, port)
 		return
 	}
-	t := proxyTarget{id: sb.ID, port: port}
+	t := proxyTarget{id: sb.ID, port: port, mask: info.MaskHost}
 	if g, ok := r.Context().Value(grantKey{}).(grant); ok {
 		t.stripAuth = g.stripAuth
 	} else if !info.Public {

@@ -32,8 +32,8 @@ var agentPath string
 func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &agentPath)) }
 
 // echoServer is an HTTP server for a sandbox (port [bind address]): GET
-// answers "hello from <path>", and a WebSocket upgrade on any path echoes
-// every message.
+// /host answers the request's Host header, other GETs "hello from
+// <path>", and a WebSocket upgrade on any path echoes every message.
 // Python's standard library only (the base template has no websockets).
 const echoServer = `
 import base64, hashlib, http.server, struct, sys
@@ -42,7 +42,7 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_GET(self):
         if self.headers.get("Upgrade", "").lower() != "websocket":
-            body = ("hello from " + self.path).encode()
+            body = (self.headers.get("Host", "") if self.path == "/host" else "hello from " + self.path).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -341,7 +341,7 @@ func wsEcho(t *testing.T, e *env, id string, port int, hdr http.Header) {
 // traffic token).
 func TestNoNetworkPort(t *testing.T) {
 	e := newEnv(t)
-	sb := e.create(api.CreateSandboxRequest{})
+	sb := e.create(api.CreateSandboxRequest{Network: &api.Network{Mode: "none"}})
 	if sb.Network != nil {
 		t.Errorf("create without network answered %+v", sb.Network)
 	}
@@ -357,4 +357,55 @@ func TestNoNetworkPort(t *testing.T) {
 		t.Errorf("closed port: %d, want 502", status)
 	}
 	wsEcho(t, e, sb.ID, 8080, http.Header{"Authorization": {"Bearer " + e.owner}})
+}
+
+// TestMaskHost: requests to the ports of a sandbox with a mask host carry
+// it (with ${PORT} replaced) as their Host, the API shows it, a PUT
+// changes it, a bad one is a 400 and a sandbox without one sees the host
+// the client used.
+func TestMaskHost(t *testing.T) {
+	e := newEnv(t)
+	if status, body := e.call("POST", "/v1/sandboxes", api.CreateSandboxRequest{
+		Network: &api.Network{MaskHost: "http://app.internal/"}}); status != http.StatusBadRequest {
+		t.Errorf("create with a bad mask host: %d %s, want 400", status, body)
+	}
+	sb := e.create(api.CreateSandboxRequest{Network: &api.Network{Public: true, MaskHost: "app.internal:${PORT}"}})
+	if sb.Network == nil || sb.Network.MaskHost != "app.internal:${PORT}" {
+		t.Fatalf("create answered network %+v", sb.Network)
+	}
+	e.serve(sb.ID, 8080)
+	if status, body := e.get(sb.ID, 8080, "/host", nil); status != 200 || body != "app.internal:8080" {
+		t.Errorf("Host seen in the sandbox: %d %q, want app.internal:8080", status, body)
+	}
+	if status, body := e.call("PUT", "/v1/sandboxes/"+sb.ID+"/network", api.Network{Public: true, MaskHost: "other.test"}); status != 200 ||
+		!strings.Contains(body, `"mask_host":"other.test"`) {
+		t.Errorf("PUT mask host: %d %s", status, body)
+	}
+	if status, body := e.get(sb.ID, 8080, "/host", nil); status != 200 || body != "other.test" {
+		t.Errorf("Host after the PUT: %d %q, want other.test", status, body)
+	}
+	if status, body := e.call("PUT", "/v1/sandboxes/"+sb.ID+"/network", api.Network{Public: true, MaskHost: "a b"}); status != http.StatusBadRequest {
+		t.Errorf("PUT a bad mask host: %d %s, want 400", status, body)
+	}
+	plain := e.create(api.CreateSandboxRequest{Network: &api.Network{Public: true}})
+	e.serve(plain.ID, 8080)
+	if status, body := e.get(plain.ID, 8080, "/host", nil); status != 200 || body != fmt.Sprintf("8080-%s.kiln.test", plain.ID) {
+		t.Errorf("Host without a mask: %d %q", status, body)
+	}
+}
+
+// call sends method path with body (JSON) to the API as the owner and
+// returns the status and body.
+func (e *env) call(method, path string, body any) (int, string) {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	r, _ := http.NewRequest(method, e.url+path, bytes.NewReader(b))
+	r.Header.Set("Authorization", "Bearer "+e.owner)
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
 }

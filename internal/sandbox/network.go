@@ -37,6 +37,13 @@ type NetworkOptions struct {
 	// Public lets anyone reach the sandbox's exposed ports; otherwise a
 	// request needs an API key of the owner or the traffic token.
 	Public bool
+	// MaskHost, if set, is the Host requests to its exposed ports carry
+	// (network.Exposure).
+	MaskHost string
+}
+
+func (o NetworkOptions) exposure() network.Exposure {
+	return network.Exposure{Public: o.Public, MaskHost: o.MaskHost}
 }
 
 // NetworkInfo is a sandbox's network as the API shows it.
@@ -46,23 +53,41 @@ type NetworkInfo struct {
 	Policy  network.Policy `json:"policy"`
 	Public  bool           `json:"public"`
 	Token   string         `json:"token,omitempty"` // traffic access token
+	// MaskHost is the Host requests to its exposed ports carry, "" for
+	// the client's (network.Exposure).
+	MaskHost string `json:"mask_host,omitempty"`
+}
+
+func networkInfo(st network.State) NetworkInfo {
+	return NetworkInfo{Mode: NetworkNAT, Address: network.SandboxAddr.String(), Policy: st.Policy,
+		Public: st.Public, Token: st.Token, MaskHost: st.MaskHost}
 }
 
 // resolveNetwork resolves a requested network against the template's
-// default mode (tmplMode) and the server's, and checks it can be served:
-// nil for mode none, else the options with Mode NetworkNAT.
+// default mode (tmplMode) and the server's (unset: nat when the server has
+// networking, else none), and checks it can be served: nil for mode none,
+// else the options with Mode NetworkNAT.
 func (m *Manager) resolveNetwork(o *NetworkOptions, tmplMode string) (*NetworkOptions, error) {
 	var r NetworkOptions
 	if o != nil {
 		r = *o
+	}
+	if err := network.ValidateMaskHost(r.MaskHost); err != nil {
+		return nil, err
 	}
 	for _, mode := range []string{tmplMode, m.cfg.Network.DefaultMode} {
 		if r.Mode == "" {
 			r.Mode = mode
 		}
 	}
+	if r.Mode == "" && m.cfg.Net != nil {
+		r.Mode = NetworkNAT // networking is up: E2B-like egress by default
+	}
 	switch r.Mode {
 	case "", NetworkNone:
+		if r.MaskHost != "" {
+			return nil, fmt.Errorf("a mask host needs network mode nat (this sandbox's is none): %w", errdefs.ErrFailedPrecondition)
+		}
 		return nil, nil
 	case NetworkNAT:
 		if m.cfg.Net == nil {
@@ -88,7 +113,7 @@ func (m *Manager) attachNetwork(ctx context.Context, path string, b *box, o *Net
 		return err
 	}
 	id := b.rec.ID.String()
-	st, err := m.cfg.Net.Attach(ctx, id, o.Policy, o.Public)
+	st, err := m.cfg.Net.Attach(ctx, id, o.Policy, o.exposure())
 	if err != nil {
 		return fmt.Errorf("making sandbox network: %w", err)
 	}
@@ -170,8 +195,7 @@ func (m *Manager) Network(id ID) (NetworkInfo, error) {
 	if err != nil {
 		return NetworkInfo{}, err
 	}
-	return NetworkInfo{Mode: NetworkNAT, Address: network.SandboxAddr.String(), Policy: st.Policy,
-		Public: st.Public, Token: st.Token}, nil
+	return networkInfo(st), nil
 }
 
 // SetNetwork changes a live sandbox's egress policy, limits and whether
@@ -192,7 +216,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id ID, o NetworkOptions) (Netw
 	if o.Mode != "" && o.Mode != NetworkNAT {
 		return NetworkInfo{}, fmt.Errorf("network mode cannot change on a live sandbox: %w", errdefs.ErrInvalidArgument)
 	}
-	st, err := m.cfg.Net.SetPolicy(ctx, id.String(), o.Policy, o.Public)
+	st, err := m.cfg.Net.SetPolicy(ctx, id.String(), o.Policy, o.exposure())
 	if err != nil {
 		return NetworkInfo{}, err
 	}
@@ -201,8 +225,7 @@ func (m *Manager) SetNetwork(ctx context.Context, id ID, o NetworkOptions) (Netw
 	}
 	m.log.Info("sandbox network changed", "sandbox_id", id, "egress", st.Policy.Egress,
 		"allow", len(st.Policy.Allow), "deny", len(st.Policy.Deny), "public", st.Public)
-	return NetworkInfo{Mode: NetworkNAT, Address: network.SandboxAddr.String(), Policy: st.Policy,
-		Public: st.Public, Token: st.Token}, nil
+	return networkInfo(st), nil
 }
 
 // DialPort connects to a port a process in a running sandbox listens on:
@@ -285,7 +308,8 @@ func (m *Manager) attachRestored(ctx context.Context, b *box, imageDir string, c
 	if m.cfg.Net == nil {
 		return fmt.Errorf("the image is of a sandbox with a network and this server has no sandbox networking: %w", errdefs.ErrFailedPrecondition)
 	}
-	return m.attachNetwork(ctx, pathRestore, b, &NetworkOptions{Mode: NetworkNAT, Policy: st.Policy, Public: st.Public}, c)
+	return m.attachNetwork(ctx, pathRestore, b, &NetworkOptions{Mode: NetworkNAT, Policy: st.Policy, Public: st.Public,
+		MaskHost: st.MaskHost}, c)
 }
 
 // readdressNetwork prepares a networked sandbox's namespace for a runsc

@@ -285,7 +285,8 @@ func TestSandboxNetworkReadopt(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb, err := m1.Create(context.Background(), sandbox.CreateOptions{Runtime: "runc",
-		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT, Policy: network.Policy{Deny: []string{"denied.test"}}}})
+		Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNAT, Policy: network.Policy{Deny: []string{"denied.test"}},
+			MaskHost: "app.internal:${PORT}"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,6 +304,9 @@ func TestSandboxNetworkReadopt(t *testing.T) {
 	a, err := m2.Agent(sb.ID)
 	if err != nil {
 		t.Fatalf("not re-adopted: %v", err)
+	}
+	if info, err := m2.Network(sb.ID); err != nil || info.MaskHost != "app.internal:${PORT}" || info.Policy.Deny[0] != "denied.test" {
+		t.Errorf("network after re-adopt: %+v, %v; want the mask host and policy kept", info, err)
 	}
 	b := &sandboxtest.Box{M: m2, SB: sb, Agent: a}
 	expect(t, probeFrom(t, b, "http://allowed.test/", "dns:denied.test", "http://198.51.100.20/"), map[string]string{
@@ -373,5 +377,31 @@ func TestSandboxNetworkPausedReboot(t *testing.T) {
 	expect(t, probeFrom(t, b2, "http://allowed.test/", "http://203.0.113.5/"), restoredWant)
 	if got, want := httpGet(t, m2, b.SB.ID, 8080), "hello from "+b.SB.ID.String(); got != want {
 		t.Errorf("after reboot and resume, port 8080 answers %q", got)
+	}
+}
+
+// TestSandboxNetworkWarm: a networked (nat) sandbox of a template with a
+// warm checkpoint, which is made without a network, restores it instead
+// of booting cold, and has its network: runsc's restore takes the
+// namespace's eth0 with its address and route.
+func TestSandboxNetworkWarm(t *testing.T) {
+	requireRunsc(t)
+	_, n := nettest.Standard(t)
+	cfg := testConfig(t)
+	requireCodeInterpreter(t, cfg)
+	cfg.Net = n
+	m, im, logs := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	buildWarm(t, im)
+	e := create(t, m, sandbox.CreateOptions{Template: codeInterpreter, Runtime: "runsc"}) // nat: the default with networking
+	if !strings.Contains(logs.String(), `from="warm checkpoint"`) {
+		t.Error("the networked sandbox did not restore the warm checkpoint")
+	}
+	if info, err := m.Network(e.SB.ID); err != nil || info.Mode != sandbox.NetworkNAT {
+		t.Fatalf("network %+v, %v; want nat", info, err)
+	}
+	got := probeFrom(t, e, "http://allowed.test/", "http://"+nettest.MetadataAddr.String()+"/")
+	expect(t, got, map[string]string{"http://allowed.test/": "allowed", "http://" + nettest.MetadataAddr.String() + "/": "blocked"})
+	if _, r := e.Py(pandasLoaded); r != "True" {
+		t.Errorf("pandas loaded = %s, want True (a warm kernel)", r)
 	}
 }

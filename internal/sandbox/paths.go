@@ -26,11 +26,9 @@ import (
 // env and seeds (pool fills, whose sandbox should be ready when claimed);
 // otherwise that step runs while the caller goes on.
 func (m *Manager) launch(ctx context.Context, b *box, rt oci.Runtime, tmpl *template.Template, ck *template.Checkpoint, why string, settle bool, c *cleanup) (_ *channel.Conn, warm bool, _ error) {
-	if ck != nil && m.netNS(b.rec.ID) != "" {
-		// Warm checkpoints are made without a network; a restored
-		// netstack keeps the checkpoint's interfaces.
-		ck, why = nil, "networked sandboxes boot cold"
-	}
+	// A networked sandbox restores the warm checkpoint (made without a
+	// network) too: runsc's restore takes the interfaces of the sandbox's
+	// namespace (TestSandboxNetworkWarm).
 	if ck != nil {
 		conn, err := m.restoreWarm(ctx, b, rt, tmpl, ck, settle, c)
 		if err == nil {

@@ -46,7 +46,7 @@ func networkOptions(n *api.Network) sandbox.NetworkOptions {
 	if n == nil {
 		return sandbox.NetworkOptions{}
 	}
-	return sandbox.NetworkOptions{Mode: n.Mode, Public: n.Public, Policy: network.Policy{
+	return sandbox.NetworkOptions{Mode: n.Mode, Public: n.Public, MaskHost: n.MaskHost, Policy: network.Policy{
 		Egress: n.Egress, Allow: n.Allow, Deny: n.Deny,
 		BandwidthBytes: n.BandwidthBytes, MaxConnections: n.MaxConnections,
 	}}
@@ -56,7 +56,7 @@ func toAPINetwork(n sandbox.NetworkInfo) *api.Network {
 	p := n.Policy
 	return &api.Network{Mode: n.Mode, Egress: p.Egress, Allow: p.Allow, Deny: p.Deny, Public: n.Public,
 		BandwidthBytes: p.BandwidthBytes, MaxConnections: p.MaxConnections,
-		Address: n.Address, TrafficToken: n.Token}
+		MaskHost: n.MaskHost, Address: n.Address, TrafficToken: n.Token}
 }
 
 // networkUsage answers a networked sandbox's traffic counters.

@@ -1,6 +1,10 @@
 // Package servetest runs a real kiln serve for tests that drive it from
 // outside, as a user would: built from this module, on a free loopback
-// port, with its own data dir that shares the machine's built templates.
+// port, with its own data dir that shares the machine's built templates,
+// and its sandbox networking in a test world of its own (nettest): a host
+// namespace with an "internet" behind it, so that no test server touches
+// the real host's nftables or links, collides with another, or sends
+// traffic off the machine.
 package servetest
 
 import (
@@ -13,12 +17,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
 )
 
 // Server is a running kiln serve.
@@ -26,6 +32,43 @@ type Server struct {
 	URL    string // http://127.0.0.1:<port>
 	Key    string // the admin API key it printed on its first start
 	Client *client.Client
+	// World is the test world its sandbox networking runs in (nettest's
+	// standard sites); nil with Options.OwnNetwork.
+	World *nettest.World
+}
+
+// Options change how Start runs kiln serve.
+type Options struct {
+	// Env is added to kiln serve's environment (after the network's).
+	Env []string
+	// OwnNetwork: Env sets up the server's sandbox networking itself
+	// (e.g. in nettest.RealUplink's namespace, for the one test that must
+	// reach a real package mirror), so it gets no test world.
+	OwnNetwork bool
+}
+
+var worlds sync.Map // testing.TB → *nettest.World
+
+// World is t's test world for kiln serve's sandbox networking, made on
+// the first call (nettest.NewStandard) and the same for every later call
+// in t: servers that t restarts on one data dir keep their sandboxes'
+// networks. It is removed when t ends.
+func World(t testing.TB) *nettest.World {
+	t.Helper()
+	if w, ok := worlds.Load(t); ok {
+		return w.(*nettest.World)
+	}
+	w := nettest.NewStandard(t)
+	worlds.Store(t, w)
+	t.Cleanup(func() { worlds.Delete(t) })
+	return w
+}
+
+// NetEnv is the environment that puts a kiln serve's sandbox networking in
+// t's World.
+func NetEnv(t testing.TB) []string {
+	t.Helper()
+	return World(t).ServeEnv()
 }
 
 // Build builds kiln and kiln-agent (static) into one temp dir and returns
@@ -49,12 +92,22 @@ func Build(t testing.TB) string {
 var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
 
 // Start starts `kiln serve` from the kiln binary on a free loopback port
-// with a fresh data dir whose templates are those of KILN_DATA_DIR, and
-// returns once it answers and has printed its admin key. Cleanup kills
-// the sandboxes still alive (they would outlive the server), stops it,
-// and logs its warnings and errors if the test failed.
-func Start(t testing.TB, kiln string) *Server {
+// with a fresh data dir whose templates are those of KILN_DATA_DIR and its
+// sandbox networking in t's World, and returns once it answers and has
+// printed its admin key. Cleanup kills the sandboxes still alive (they
+// would outlive the server), stops it, and logs its warnings and errors
+// if the test failed.
+func Start(t testing.TB, kiln string) *Server { return StartWith(t, kiln, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, kiln string, o Options) *Server {
 	t.Helper()
+	s := &Server{}
+	var env []string
+	if !o.OwnNetwork {
+		s.World = World(t)
+		env = s.World.ServeEnv()
+	}
 	dataDir := t.TempDir()
 	shared := filepath.Join(config.FromEnv().DataDir, "templates")
 	if err := os.Symlink(shared, filepath.Join(dataDir, "templates")); err != nil {
@@ -68,6 +121,7 @@ func Start(t testing.TB, kiln string) *Server {
 	ln.Close()
 
 	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	cmd.Env = append(append(os.Environ(), env...), o.Env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +144,7 @@ func Start(t testing.TB, kiln string) *Server {
 			}
 		}
 	}()
-	s := &Server{URL: "http://" + addr}
+	s.URL = "http://" + addr
 	t.Cleanup(func() {
 		if s.Client != nil {
 			for _, id := range s.Alive(t) {

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/servetest"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -53,14 +55,14 @@ func TestStockSDKs(t *testing.T) {
 					t.Fatal(err)
 				}
 				npmCI(t, dir)
-				runNode(t, dir, srv)
+				runNode(t, dir, srv, nil)
 			})
 		}
 	})
 	// After the pinned pair, not beside it: the machine may be small.
 	t.Run("sdk/newest", func(t *testing.T) {
 		dir := installNewest(t)
-		runNode(t, dir, srv)
+		runNode(t, dir, srv, nil)
 	})
 	// Each test file kills its sandboxes, and the quick-start programs theirs.
 	if ids := srv.Alive(t); len(ids) > 0 {
@@ -124,9 +126,11 @@ func npmCI(t *testing.T, dir string) {
 // nodeTimeout bounds one SDK version's whole JS run.
 const nodeTimeout = 12 * time.Minute
 
-// runNode runs run.mjs in dir against srv, logging its output as it
-// comes, and fails with the names of the JS tests that failed.
-func runNode(t *testing.T, dir string, srv *servetest.Server) {
+// runNode runs run.mjs in dir against srv, with env added to the SDKs'
+// (sdkEnv), for the test files whose names contain one of files (all
+// without; E2B_TEST_FILES, space-separated, when nil), logging its output
+// as it comes, and fails with the names of the JS tests that failed.
+func runNode(t *testing.T, dir string, srv *servetest.Server, env []string, files ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
@@ -134,9 +138,12 @@ func runNode(t *testing.T, dir string, srv *servetest.Server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "node", runMJS)
+	if files == nil {
+		files = strings.Fields(os.Getenv("E2B_TEST_FILES"))
+	}
+	cmd := exec.CommandContext(ctx, "node", append([]string{runMJS}, files...)...)
 	cmd.Dir = dir
-	cmd.Env = sdkEnv(dir, srv)
+	cmd.Env = append(sdkEnv(dir, srv), env...)
 	// On timeout, end node's test-file processes too: they are its group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -193,11 +200,31 @@ func sdkEnv(dir string, srv *servetest.Server) []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env,
+	env = append(env,
 		"E2B_API_URL="+srv.URL,
 		"E2B_SANDBOX_URL="+srv.URL,
 		"E2B_VOLUME_API_URL="+srv.URL, // the Volume class's file methods
 		"E2B_API_KEY="+srv.Key,
 		"E2B_SDK_DIR="+dir,
 	)
+	return append(env, worldEnv(srv)...)
+}
+
+// worldEnv tells the network tests (tests/network.test.mjs) where things
+// are in the server's test world (nettest's standard sites): a site on
+// its internet by name and address, another site, the world's host (a
+// service on every one of its addresses) and the metadata service.
+func worldEnv(srv *servetest.Server) []string {
+	if srv.World == nil {
+		return nil
+	}
+	_, hostPort, _ := net.SplitHostPort(nettest.HostServiceAddr)
+	return []string{
+		"KILN_TEST_SITE_NAME=allowed.test",
+		"KILN_TEST_SITE_IP=" + nettest.AllowedSite.String(),
+		"KILN_TEST_SITE_BODY=allowed",
+		"KILN_TEST_OTHER_SITE_IP=" + nettest.CIDRSite.String(),
+		"KILN_TEST_HOST_SERVICE=" + net.JoinHostPort(nettest.HostAddr.String(), hostPort),
+		"KILN_TEST_METADATA_IP=" + nettest.MetadataAddr.String(),
+	}
 }

@@ -247,10 +247,9 @@ var (
 // host namespace, on every address (as the Kiln API might listen).
 const HostServiceAddr = "0.0.0.0:8420"
 
-// Standard is a world with three sites, the metadata service (answers
-// "metadata") and a host service, and a Network on its host, closed when
-// the test ends.
-func Standard(t testing.TB) (*World, *network.Network) {
+// NewStandard is a world with three sites, the metadata service (answers
+// "metadata") and a host service.
+func NewStandard(t testing.TB) *World {
 	t.Helper()
 	w := New(t)
 	w.AddSite(t, AllowedSite, "allowed", "allowed.test")
@@ -258,6 +257,21 @@ func Standard(t testing.TB) (*World, *network.Network) {
 	w.AddSite(t, CIDRSite, "cidr", "cidr.test")
 	w.AddSite(t, MetadataAddr, "metadata")
 	w.ServeHTTP(t, w.Host, HostServiceAddr, "host service")
+	return w
+}
+
+// ServeEnv is the environment that runs a kiln serve's sandbox
+// networking on this world's host with its DNS (and fails its start if it
+// cannot).
+func (w *World) ServeEnv() []string {
+	return []string{"KILN_NETWORK=on", "KILN_NETWORK_HOST_NS=" + w.Host, "KILN_NETWORK_DNS=" + w.Upstream()[0]}
+}
+
+// Standard is NewStandard with a Network on its host, closed when the
+// test ends.
+func Standard(t testing.TB) (*World, *network.Network) {
+	t.Helper()
+	w := NewStandard(t)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	n, err := network.New(context.Background(), w.Config(), log)
 	if err != nil {
@@ -265,4 +279,54 @@ func Standard(t testing.TB) (*World, *network.Network) {
 	}
 	t.Cleanup(func() { n.Close() })
 	return w, n
+}
+
+// RealUplink makes a host namespace of the test's own that is routed
+// (masqueraded) to this machine's real network, for the few tests that
+// must reach a real server (a Debian mirror): sandbox networking runs
+// there (network.Config.HostNS, KILN_NETWORK_HOST_NS) while the
+// machine's own "kiln" table, which a kiln serve here may be using, is
+// left alone. It needs net.ipv4.ip_forward on the machine, as kiln serve
+// does, and leaves it on. Everything else it made goes when the test ends.
+func RealUplink(t testing.TB) (ns string) {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
+	tag := hex.EncodeToString(b)
+	ns, link, table := "kilnt-"+tag+"-up", "kup"+tag, "kilnt_up_"+tag
+	// A /30 in the shared address space (RFC 6598) for the link.
+	outer := netip.AddrFrom4([4]byte{100, 100 + b[0]%27, b[1], 1})
+	inner := outer.Next()
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("nft", "delete", "table", "ip", table).Run()
+		_ = exec.Command("ip", "link", "del", link).Run()
+		_ = exec.Command("ip", "netns", "del", ns).Run()
+	})
+	run("ip", "netns", "add", ns)
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "link", "add", link, "type", "veth", "peer", "name", "uplink", "netns", ns)
+	run("ip", "addr", "add", outer.String()+"/30", "dev", link)
+	run("ip", "link", "set", link, "up")
+	run("ip", "-n", ns, "addr", "add", inner.String()+"/30", "dev", "uplink")
+	run("ip", "-n", ns, "link", "set", "uplink", "up")
+	run("ip", "-n", ns, "route", "add", "default", "via", outer.String())
+	run("sysctl", "-qw", "net.ipv4.ip_forward=1")
+	rules := fmt.Sprintf(`table ip %s {
+	chain forward { type filter hook forward priority 0; policy accept; }
+	chain postrouting { type nat hook postrouting priority 100; ip saddr %s/32 oifname != %q masquerade; }
+}
+`, table, inner, link)
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	return ns
 }

@@ -2,13 +2,8 @@ package builder_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +12,7 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 	"github.com/kiln-sh/kiln/internal/network"
+	"github.com/kiln-sh/kiln/internal/network/nettest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -152,51 +148,10 @@ func (e *env) buildWithin(d time.Duration, owner, ref string, spec api.TemplateS
 }
 
 // realUplink is sandbox networking whose host side is a namespace of the
-// test's own, routed (masqueraded) to the real host's network, so build
-// sandboxes reach the Debian mirror the host reaches while the host's own
-// "kiln" nft table, which a kiln serve on this machine may be using, is
-// left alone. It needs net.ipv4.ip_forward on the host, as kiln serve does,
-// and leaves it on.
+// test's own routed to the real host's network (nettest.RealUplink).
 func realUplink(t *testing.T) *network.Network {
 	t.Helper()
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	tag := hex.EncodeToString(b)
-	ns, link, table := "kilnt-"+tag+"-up", "kup"+tag, "kilnt_up_"+tag
-	// A /30 in the shared address space (RFC 6598) for the link.
-	outer := netip.AddrFrom4([4]byte{100, 100 + b[0]%27, b[1], 1})
-	inner := outer.Next()
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	t.Cleanup(func() {
-		_ = exec.Command("nft", "delete", "table", "ip", table).Run()
-		_ = exec.Command("ip", "link", "del", link).Run()
-		_ = exec.Command("ip", "netns", "del", ns).Run()
-	})
-	run("ip", "netns", "add", ns)
-	run("ip", "-n", ns, "link", "set", "lo", "up")
-	run("ip", "link", "add", link, "type", "veth", "peer", "name", "uplink", "netns", ns)
-	run("ip", "addr", "add", outer.String()+"/30", "dev", link)
-	run("ip", "link", "set", link, "up")
-	run("ip", "-n", ns, "addr", "add", inner.String()+"/30", "dev", "uplink")
-	run("ip", "-n", ns, "link", "set", "uplink", "up")
-	run("ip", "-n", ns, "route", "add", "default", "via", outer.String())
-	run("sysctl", "-qw", "net.ipv4.ip_forward=1")
-	rules := fmt.Sprintf(`table ip %s {
-	chain forward { type filter hook forward priority 0; policy accept; }
-	chain postrouting { type nat hook postrouting priority 100; ip saddr %s/32 oifname != %q masquerade; }
-}
-`, table, inner, link)
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(rules)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft: %v: %s", err, out)
-	}
-	n, err := network.New(context.Background(), network.Config{HostNS: ns},
+	n, err := network.New(context.Background(), network.Config{HostNS: nettest.RealUplink(t)},
 		slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatal(err)

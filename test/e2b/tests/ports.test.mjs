@@ -3,33 +3,8 @@
 // default domain is localhost:<its port>) reaches a server in the
 // sandbox from this, the SDK's own, process.
 import assert from 'node:assert/strict'
-import dns from 'node:dns'
-import http from 'node:http'
 import { e2b, sandbox, test, until } from '../lib/sdk.mjs'
-
-// get GETs url with headers. When the system resolver does not give
-// *.localhost names loopback addresses (RFC 6761; plain glibc with
-// "hosts: files dns" does not, systemd-resolved and nss-myhostname do),
-// they are resolved as RFC 6761 says, here only.
-async function get(url, headers) {
-  const { hostname } = new URL(url)
-  const resolves = await dns.promises.lookup(hostname).then(() => true, () => false)
-  if (resolves) {
-    const res = await fetch(url, { headers })
-    return { status: res.status, body: await res.text() }
-  }
-  assert.ok(hostname.endsWith('.localhost'), `${hostname} does not resolve`)
-  const lookup = (_name, opts, cb) =>
-    opts?.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4)
-  return new Promise((resolve, reject) => {
-    http.get(url, { headers, lookup }, (res) => {
-      let body = ''
-      res.setEncoding('utf8')
-      res.on('data', (d) => (body += d))
-      res.on('end', () => resolve({ status: res.statusCode, body }))
-    }).on('error', reject)
-  })
-}
+import { get } from '../lib/http.mjs'
 
 test('getHost(port) is on kiln serve and reaches a server in the sandbox', async () => {
   const sbx = await sandbox(e2b.Sandbox)

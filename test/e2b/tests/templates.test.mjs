@@ -3,7 +3,8 @@
 // the URL kiln serve hands out), setEnvs, setWorkdir, setStartCmd with a
 // ready check, Template.build with its logs, the cache, a failing step,
 // exists, tags, then sandboxes of the template. The harness's kiln serve
-// gives build sandboxes no network, so no step installs packages.
+// has networking only in its test world (no real mirror), so no step here
+// installs packages: apt.test.mjs does, against a server of its own.
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import os from 'node:os'
