@@ -33,7 +33,7 @@ func (im *Images) LeaveWarmBuildSandbox(ctx context.Context, name string) (ID, e
 	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
 		return "", err
 	}
-	b, err := im.core.unlisted(ctx, tmpl, im.runtimes["runsc"], limits, nil, tmpl.WarmSandboxDir())
+	b, err := im.core.unlisted(ctx, tmpl, im.runtimes["runsc"], limits, nil, tmpl.WarmSandboxDir(), nil)
 	if err != nil {
 		return "", err
 	}
@@ -58,7 +58,7 @@ func (im *Images) MakePooled(ctx context.Context, name string) error {
 	}
 	rt := im.runtimes[im.cfg.Runtime]
 	ck, _ := im.warmCheckpoint(tmpl, rt, limits)
-	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir)
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir, nil)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,13 @@ type core interface {
 	// unlisted brings up a running sandbox with no record, outside the
 	// live set (the pipeline's pool path): a pool's (restored from the
 	// warm checkpoint ck when there is one) and a warm build's.
-	unlisted(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, ck *template.Checkpoint, stateDir string) (*box, error)
+	unlisted(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, ck *template.Checkpoint, stateDir string, net *NetworkOptions) (*box, error)
+	// resolveNetwork resolves a create's network: a pool's sandboxes get
+	// the one a create that does not ask would get.
+	resolveNetwork(o *NetworkOptions, tmplMode string) (*NetworkOptions, error)
+	// claimNetwork gives a pooled sandbox the network policy of the
+	// create that claims it.
+	claimNetwork(ctx context.Context, b *box, o *NetworkOptions) error
 	// enlist makes an unlisted sandbox the listed sandbox a create asks
 	// for: a claim from a pool.
 	enlist(ctx context.Context, b *box, want Sandbox, q Quota, w *template.Warm) (_ Sandbox, kept bool, _ error)

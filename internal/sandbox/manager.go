@@ -305,8 +305,8 @@ func (m *Manager) create(ctx context.Context, opts CreateOptions) (_ Sandbox, er
 	}
 	b, rt, tmpl := p.b, p.rt, p.tmpl
 	log := m.log.With("sandbox_id", b.rec.ID, "runtime", rt.Name())
-	if p.net == nil && len(b.rec.Volumes) == 0 { // pooled sandboxes have no network, nor volumes
-		if sb, ok, err := images.claim(ctx, b.rec, tmpl, opts.Quota); ok || err != nil {
+	if len(b.rec.Volumes) == 0 { // pooled sandboxes have no volumes
+		if sb, ok, err := images.claim(ctx, b.rec, p.net, tmpl, opts.Quota); ok || err != nil {
 			return sb, err // a pooled sandbox (see pool.go), or a quota refusal
 		}
 	}

@@ -121,6 +121,17 @@ func (m *Manager) attachNetwork(ctx context.Context, path string, b *box, o *Net
 	return saveNetwork(b.dir, st)
 }
 
+// claimNetwork gives unlisted sandbox b, which has the network a pool
+// made it with, the policy and exposure of the create claiming it (o,
+// from resolveNetwork), before anyone can use it.
+func (m *Manager) claimNetwork(ctx context.Context, b *box, o *NetworkOptions) error {
+	st, err := m.cfg.Net.SetPolicy(ctx, b.rec.ID.String(), o.Policy, o.exposure())
+	if err != nil {
+		return fmt.Errorf("setting the pooled sandbox's network: %w", err)
+	}
+	return saveNetwork(b.dir, st)
+}
+
 // netNS is the network namespace path a sandbox's spec joins, or "".
 func (m *Manager) netNS(id ID) string {
 	if m.cfg.Net == nil || !m.cfg.Net.Has(id.String()) {

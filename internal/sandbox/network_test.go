@@ -405,3 +405,67 @@ func TestSandboxNetworkWarm(t *testing.T) {
 		t.Errorf("pandas loaded = %s, want True (a warm kernel)", r)
 	}
 }
+
+// A pool on a networked server holds sandboxes with the network a create
+// that does not ask gets (nat): a default create claims one and reaches
+// the internet; a create with a closed policy claims one too and is closed
+// before it is handed out; a create without a network misses; the pooled
+// sandboxes' networks go with them.
+func TestPoolNetwork(t *testing.T) {
+	requireRunsc(t)
+	_, n := nettest.Standard(t)
+	cfg := testConfig(t)
+	requireCodeInterpreter(t, cfg)
+	cfg.Net = n
+	m, im, _ := newLoggedManager(t, cfg, runtimes(cfg.Config))
+	buildWarm(t, im)
+	im.StartPools(map[string]int{codeInterpreter: 1})
+	waitPool(t, im, codeInterpreter, 1)
+	if got := n.Attached(); len(got) != 1 {
+		t.Fatalf("networks attached with one pooled sandbox: %v", got)
+	}
+
+	open := create(t, m, sandbox.CreateOptions{Template: codeInterpreter})
+	st := waitPool(t, im, codeInterpreter, 1)
+	closed := create(t, m, sandbox.CreateOptions{Template: codeInterpreter, Network: &sandbox.NetworkOptions{
+		Policy: network.Policy{Egress: network.EgressDeny, Allow: []string{"198.51.100.10/32"}}, MaskHost: "app.test"}})
+	if st2 := waitPool(t, im, codeInterpreter, 1); st2.Hits != st.Hits+1 || st.Hits != 1 || st2.Misses != 0 {
+		t.Errorf("pool stats after two networked creates: %+v then %+v, want a hit each", st, st2)
+	}
+	expect(t, probeFrom(t, open, "http://allowed.test/", "http://169.254.169.254/"),
+		map[string]string{"http://allowed.test/": "allowed", "http://169.254.169.254/": "blocked"})
+	expect(t, probeFrom(t, closed, "http://198.51.100.10/", "http://198.51.100.20/"),
+		map[string]string{"http://198.51.100.10/": "allowed", "http://198.51.100.20/": "blocked"})
+	if info, err := m.Network(closed.SB.ID); err != nil || info.Policy.Egress != network.EgressDeny || info.MaskHost != "app.test" {
+		t.Errorf("claimed sandbox's network: %+v, %v", info, err)
+	}
+	if _, r := closed.Py(pandasLoaded); r != "True" {
+		t.Errorf("pandas loaded = %s in a pooled networked sandbox, want True (warm)", r)
+	}
+
+	none := create(t, m, sandbox.CreateOptions{Template: codeInterpreter, Network: &sandbox.NetworkOptions{Mode: sandbox.NetworkNone}})
+	if info, err := m.Network(none.SB.ID); err != nil || info.Mode != sandbox.NetworkNone {
+		t.Errorf("a create asking for no network got %+v, %v", info, err)
+	}
+	if st := waitPool(t, im, codeInterpreter, 1); st.Misses != 1 {
+		t.Errorf("pool stats after a create without a network: %+v, want one miss", st)
+	}
+
+	ctx := context.Background()
+	for _, e := range []*sandboxtest.Box{open, closed, none} {
+		if err := m.Kill(ctx, e.SB.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pooled, _ := stateDirs(cfg)
+	m.Close()
+	assertPoolGone(t, cfg, pooled)
+	if got := n.Attached(); len(got) != 0 {
+		t.Errorf("networks left after Close: %v", got)
+	}
+	for _, id := range pooled {
+		if _, err := os.Stat(network.NSPath(network.SandboxNS(id))); err == nil {
+			t.Errorf("network namespace of pooled sandbox %s left", id)
+		}
+	}
+}

@@ -66,6 +66,7 @@ type pools struct {
 type pooled struct {
 	b    *box
 	hash string // template build it was made from
+	nat  bool   // it has a network (mode nat), with the pool's policy
 }
 
 // fillBackoff bounds the wait after a failed fill.
@@ -279,7 +280,11 @@ func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
 	if why != "" {
 		im.log.Info("booting cold", "template", name, "reason", why)
 	}
-	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir)
+	net, err := im.core.resolveNetwork(nil, tmpl.Defaults.Network)
+	if err != nil {
+		return err
+	}
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, ck, im.cfg.StateDir, net)
 	if err != nil {
 		return err
 	}
@@ -290,7 +295,7 @@ func (im *Images) fillOne(ctx context.Context, p *pools, name string) error {
 		return nil
 	}
 	conn := b.conn // before others can claim b and destroy it
-	p.ready[name] = append(p.ready[name], &pooled{b: b, hash: tmpl.Hash})
+	p.ready[name] = append(p.ready[name], &pooled{b: b, hash: tmpl.Hash, nat: net != nil})
 	p.mu.Unlock()
 	go im.watchPooled(p, name, b, conn)
 	return nil
@@ -332,9 +337,10 @@ func (p *pools) kick() {
 }
 
 // take removes and returns a ready sandbox of tmpl for a sandbox like
-// want from the pool that holds tmpl's build, counting a hit or a miss;
-// nil if there is none, and "" if no pool holds the build.
-func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limits Limits) (_ *pooled, name string) {
+// want (with a network if nat) from the pool that holds tmpl's build,
+// counting a hit or a miss; nil if there is none, and "" if no pool holds
+// the build.
+func (p *pools) take(tmpl *template.Template, want Sandbox, nat bool, runtime string, limits Limits) (_ *pooled, name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -350,7 +356,7 @@ func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limi
 		return nil, ""
 	}
 	q := p.ready[name]
-	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits {
+	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits || q[0].nat != nat {
 		p.misses[name]++
 		return nil, name
 	}
@@ -363,9 +369,10 @@ func (p *pools) take(tmpl *template.Template, want Sandbox, runtime string, limi
 }
 
 // claim turns a pooled sandbox into the sandbox want describes (its id
-// aside): owner, env, metadata, timeout. It reports false when there was
-// none to claim (Create then makes one); an error is a quota refusal.
-func (im *Images) claim(ctx context.Context, want Sandbox, tmpl *template.Template, q Quota) (Sandbox, bool, error) {
+// aside): owner, env, metadata, timeout, and network policy net (nil: no
+// network). It reports false when there was none to claim (Create then
+// makes one); an error is a quota refusal.
+func (im *Images) claim(ctx context.Context, want Sandbox, net *NetworkOptions, tmpl *template.Template, q Quota) (Sandbox, bool, error) {
 	p := im.pool()
 	if p == nil {
 		return Sandbox{}, false, nil
@@ -374,13 +381,24 @@ func (im *Images) claim(ctx context.Context, want Sandbox, tmpl *template.Templa
 	if err != nil {
 		return Sandbox{}, false, nil
 	}
-	e, name := p.take(tmpl, want, im.runtimes[im.cfg.Runtime].Name(), limits)
+	e, name := p.take(tmpl, want, net != nil, im.runtimes[im.cfg.Runtime].Name(), limits)
 	if e == nil {
 		return Sandbox{}, false, nil
 	}
 	t0 := time.Now()
-	rec, kept, err := im.core.enlist(ctx, e.b, want, q, tmpl.Warm)
 	log := im.log.With("sandbox_id", e.b.rec.ID, "template", tmpl.Name, "pool", name)
+	if net != nil {
+		if err := im.core.claimNetwork(ctx, e.b, net); err != nil {
+			p.mu.Lock()
+			p.hits[name]--
+			p.misses[name]++
+			p.mu.Unlock()
+			log.Warn("claiming a pooled sandbox failed; creating one", "err", err)
+			im.core.discard(context.WithoutCancel(ctx), e.b)
+			return Sandbox{}, false, nil
+		}
+	}
+	rec, kept, err := im.core.enlist(ctx, e.b, want, q, tmpl.Warm)
 	switch {
 	case kept: // a quota refusal
 		p.putBack(name, e)

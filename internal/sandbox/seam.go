@@ -19,10 +19,10 @@ type imageHooks interface {
 	// fromSnapshot makes the sandbox of a create from a snapshot
 	// (opts.Snapshot set): Create hands it such creates whole.
 	fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox, error)
-	// claim serves a validated create, want, with a ready sandbox from
-	// tmpl's pool; ok false when none fits (Create then makes one), an
+	// claim serves a validated create, want with network net, with a
+	// ready sandbox from tmpl's pool; ok false when none fits (Create then makes one), an
 	// error is a quota refusal.
-	claim(ctx context.Context, want Sandbox, tmpl *template.Template, q Quota) (_ Sandbox, ok bool, _ error)
+	claim(ctx context.Context, want Sandbox, net *NetworkOptions, tmpl *template.Template, q Quota) (_ Sandbox, ok bool, _ error)
 	// warmCheckpoint returns the warm checkpoint of tmpl that a sandbox on
 	// rt with limits l can restore instead of booting, or nil and why not
 	// ("" when tmpl has no warm step): Create's launch restores it.
@@ -40,7 +40,7 @@ func (noImages) fromSnapshot(context.Context, CreateOptions) (Sandbox, error) {
 	return Sandbox{}, fmt.Errorf("this server makes no sandboxes from snapshots: %w", errdefs.ErrFailedPrecondition)
 }
 
-func (noImages) claim(context.Context, Sandbox, *template.Template, Quota) (Sandbox, bool, error) {
+func (noImages) claim(context.Context, Sandbox, *NetworkOptions, *template.Template, Quota) (Sandbox, bool, error) {
 	return Sandbox{}, false, nil
 }
 

@@ -26,9 +26,11 @@ import (
 // template's env that has no record and is not in the live set, with its
 // state dir in stateDir: a pooled sandbox (restored from the warm
 // checkpoint ck if there is one, settled: see launch) or the one a warm
-// checkpoint is taken from (ck nil: booted). On failure it leaves nothing
-// behind.
-func (m *Manager) unlisted(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, ck *template.Checkpoint, stateDir string) (_ *box, err error) {
+// checkpoint is taken from (ck nil: booted). net is its network (nil:
+// none; a pooled sandbox has the one a create that does not ask would
+// get, and a claim sets the create's policy). On failure it leaves
+// nothing behind.
+func (m *Manager) unlisted(ctx context.Context, tmpl *template.Template, rt oci.Runtime, limits Limits, ck *template.Checkpoint, stateDir string, net *NetworkOptions) (_ *box, err error) {
 	id := NewID()
 	env := maps.Clone(tmpl.Defaults.Env)
 	if env == nil {
@@ -50,8 +52,14 @@ func (m *Manager) unlisted(ctx context.Context, tmpl *template.Template, rt oci.
 	if err := m.enroll(ctx, pathPool, b, nil, &c); err != nil {
 		return nil, err
 	}
+	if err := m.attachNetwork(ctx, pathPool, b, net, &c); err != nil {
+		return nil, err
+	}
 	conn, _, err := m.launch(ctx, b, rt, tmpl, ck, "", true, &c)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.configureDNS(ctx, id, conn); err != nil {
 		return nil, err
 	}
 	c.release()
@@ -136,7 +144,7 @@ func (m *Manager) watchUnlisted(b *box, conn *channel.Conn, gone func()) {
 }
 
 // discard destroys a sandbox that has no record: its session, container,
-// layer and dir.
+// layer, network and dir.
 func (m *Manager) discard(ctx context.Context, b *box) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -149,7 +157,7 @@ func (m *Manager) discard(ctx context.Context, b *box) {
 	if rt := m.runtimes[b.rec.Runtime]; rt != nil {
 		errs = append(errs, deleteContainer(ctx, rt, b.rec.ID, b.dir, b.procs.get()))
 	}
-	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)))
+	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, b.rec.ID))
 	if err := errors.Join(errs...); err != nil {
 		m.log.Error("destroying unlisted sandbox", "sandbox_id", b.rec.ID, "err", err)
 		return

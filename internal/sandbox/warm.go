@@ -172,7 +172,7 @@ func (im *Images) BuildWarmTemplate(ctx context.Context, tmpl *template.Template
 	if err := os.MkdirAll(tmpl.WarmSandboxDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("creating warm build dir: %w", err)
 	}
-	b, err := im.core.unlisted(ctx, tmpl, rt, limits, nil, tmpl.WarmSandboxDir())
+	b, err := im.core.unlisted(ctx, tmpl, rt, limits, nil, tmpl.WarmSandboxDir(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("booting the warm build sandbox: %w", err)
 	}
