@@ -3,6 +3,7 @@ package network
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -50,7 +51,10 @@ func nsOutput(ctx context.Context, ns, name string, args ...string) ([]byte, err
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	cmd.WaitDelay = time.Second
+	// None of these commands leaves a child holding its pipes: WaitDelay
+	// only bounds the copying of its output after it exits, which a
+	// loaded host can take a while to schedule.
+	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
@@ -62,8 +66,14 @@ func runCmd(ctx context.Context, stdin, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stderr = &errb
-	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
+	cmd.WaitDelay = 30 * time.Second // see nsOutput
+	err := cmd.Run()
+	if errors.Is(err, exec.ErrWaitDelay) {
+		// It exited with status 0; only copying its stdin or stderr was
+		// still unfinished (CI 17: "ip -batch -" under a load of 100).
+		err = nil
+	}
+	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return nil
