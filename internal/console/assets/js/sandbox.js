@@ -137,8 +137,8 @@ async function overviewTab(panel, current, signal) {
       if (prev) {
         xs.push(t); cpu.push(100 * (u.cpu_seconds - prev[0]) / (t - prev[1])); mem.push(u.memory_bytes / 1048576);
         if (xs.length > 120) { xs.shift(); cpu.shift(); mem.shift(); }
+        if (xs.length > 1) draw();
         now.textContent = `CPU ${cpu[cpu.length - 1].toFixed(0)}% · memory ${fmtBytes(u.memory_bytes)} of ${fmtBytes(u.memory_limit)} · disk ${fmtBytes(u.disk_bytes)} of ${fmtBytes(u.disk_limit)} · ${u.pids} pids`;
-        draw();
       }
       prev = [u.cpu_seconds, t];
     } catch { /* the sandbox ended; the header says so */ }
