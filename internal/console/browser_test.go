@@ -2,7 +2,10 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,13 +19,17 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/console"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/servetest"
 	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/dockerfile"
 )
 
 // chromiumPath is Debian's chromium (scripts/setup-deps.sh installs it).
@@ -110,7 +117,7 @@ func (b *browser) eval(expr string) string {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
 	if err != nil {
 		b.fail("evaluating "+expr, err)
 	}
@@ -300,6 +307,18 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do("viewing it", chromedp.Click(chromedp.CSS(`tr[data-path="/home/user/from-browser.txt"] button.link`)))
 	b.wait("its text in the viewer", `(document.querySelector('.viewer pre')?.textContent || '') === `+js(content), 30*time.Second)
 	b.shot("files")
+	// Drop a file on the drop zone (a DragEvent carrying a File, as a
+	// drag from the desktop delivers it).
+	b.do("dropping a file", chromedp.Evaluate[chromedp.Void](`(() => {
+		const dt = new DataTransfer();
+		dt.items.add(new File(['dropped on the console\n'], 'dropped.txt', { type: 'text/plain' }));
+		document.getElementById('drop-zone').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+	})()`))
+	b.wait("the dropped file in the list", `!!document.querySelector('tr[data-path="/home/user/dropped.txt"]')`, 30*time.Second)
+	got.Reset()
+	if _, err := ann.ReadFile(ctx, sb.ID, "dropped.txt", &got); err != nil || got.String() != "dropped on the console\n" {
+		t.Errorf("the dropped file reads back as %q, %v", got.String(), err)
+	}
 
 	// A Python cell draws a matplotlib chart; an exception shows its traceback.
 	ci := create(ann, "code-interpreter")
@@ -315,6 +334,24 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`.cell:nth-child(2) button.primary`)))
 	b.wait("the traceback", `(document.querySelector('.out pre.traceback')?.textContent || '').includes('ZeroDivisionError')`, 60*time.Second)
 	b.shot("code")
+
+	// A template build from a Dockerfile, its log followed live to ready.
+	b.do("opening the templates", chromedp.Navigate(srv.URL+"/console/#/templates"),
+		chromedp.WaitVisible(chromedp.CSS(`textarea[name=dockerfile-text]`)))
+	b.do("starting a build",
+		chromedp.SetValue(chromedp.CSS(`input[name=template]`), "console-test:v1"),
+		chromedp.SetValue(chromedp.CSS(`textarea[name=dockerfile-text]`), "FROM base\nENV MADE_BY=console\nRUN echo built by the console > /tmp/console.txt\n"),
+		chromedp.Click(chromedp.CSS(`form.card button.primary`)))
+	b.wait("the build's page", `location.hash.startsWith('#/templates/builds/')`, 30*time.Second)
+	b.wait("the build ready", `document.getElementById('step-text')?.textContent === 'ready' && document.querySelector('.head .badge')?.textContent === 'ready'`, 5*time.Minute)
+	if got := b.eval(`(() => { const p = document.querySelector('progress'); return p.value + '/' + p.max + ' ' + document.getElementById('build-log').textContent.includes('[2/2] RUN echo built by the console'); })()`); got != "2/2 true" {
+		t.Errorf("the build's progress and log: %s, want 2/2 and the RUN step's line", got)
+	}
+	buildID := strings.TrimPrefix(b.eval(`location.hash`), "#/templates/builds/")
+	if bu, err := ann.TemplateBuild(ctx, buildID); err != nil || bu.Status != api.BuildReady || bu.Template != "console-test" || bu.Steps != 2 {
+		t.Errorf("the console's build %s: %+v, %v", buildID, bu, err)
+	}
+	b.shot("build")
 
 	// Kill from the console (confirmed in the dialog): the API says it is
 	// stopped and the list no longer shows it.
@@ -350,7 +387,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.wait("the built-ins", `document.querySelector('table')?.textContent.includes('code-interpreter')`, 30*time.Second)
 	b.shot("templates")
 	b.do("the health page", chromedp.Navigate(srv.URL+"/console/#/health"))
-	b.wait("the version and sandboxes", `(document.querySelector('dl.facts')?.textContent || '').includes('running')`, 30*time.Second)
+	b.wait("the version, runtimes, capacity and sandboxes", `(() => { const t = document.querySelector('dl.facts')?.textContent || ''; return t.includes('running') && t.includes('runsc (default)') && !!document.querySelector('dl.facts meter'); })()`, 30*time.Second)
 	b.shot("health")
 
 	// Phone width: the list still fits.
@@ -361,4 +398,56 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.shot("sandboxes-phone")
 	b.noProblems()
+}
+
+// TestConsoleDockerfile compiles Dockerfiles with the console's compiler
+// (in the page, served by console.Serve alone: no sandbox needed) and the
+// CLI's (internal/template/dockerfile): the same recipe for what the
+// console supports, and a refusal naming the line for what it leaves to
+// the CLI.
+func TestConsoleDockerfile(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := console.Serve(w, r); err != nil {
+			http.NotFound(w, r)
+		}
+	}))
+	defer ts.Close()
+	b := newBrowser(t, ts.URL)
+	b.do("opening the console", chromedp.Navigate(ts.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS(`input[name=key]`)))
+	isTemplate := func(n string) bool { return n == "base" || n == "code-interpreter" }
+	for _, src := range []string{
+		"FROM base\nRUN apt-get update && apt-get install -y cowsay\n",
+		"# a comment\nFROM code-interpreter:default AS app\nENV MODE=prod DEBUG=0\nWORKDIR /srv\nWORKDIR app/../web\nUSER user\n" +
+			"RUN [\"echo\", \"hi there\", \"it's\"]\nEXPOSE 8080\nCMD [\"python3\", \"-m\", \"http.server\"]\n",
+		"FROM python:3.12-slim\nENV PATH=/opt/bin:$PATH A=\"two words\" B='lit $x' C=${A}-x\nENV GREETING hello   world\n" +
+			"RUN pip install \\\n    requests \\\n    # a comment line\n    numpy\nENTRYPOINT [\"/bin/tini\", \"--\"]\nCMD python3 app.py\n",
+		"FROM docker.io/library/debian:12\nENTRYPOINT python3 -m http.server 8000\nCMD [\"ignored\"]\n",
+	} {
+		want, _, err := dockerfile.Compile([]byte(src), dockerfile.Options{IsTemplate: isTemplate})
+		if err != nil {
+			t.Fatalf("the CLI refuses %q: %v", src, err)
+		}
+		out := b.eval(`import('/console/js/dockerfile.js').then((m) => { try { return JSON.stringify(m.compileDockerfile(` + js(src) +
+			`, (n) => ['base', 'code-interpreter'].includes(n))); } catch (e) { return 'ERROR ' + e.message; } })`)
+		var got api.TemplateSpec
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Errorf("the console's compiler on %q: %s", src, out)
+			continue
+		}
+		if diff := cmp.Diff(want, &got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("the console's and the CLI's recipes of %q differ (-CLI +console):\n%s", src, diff)
+		}
+	}
+	for src, line := range map[string]string{
+		"FROM base\nCOPY . /app\n":       "Dockerfile:2",
+		"FROM base\nARG V=1\nRUN echo\n": "Dockerfile:2",
+		"RUN echo\n":                     "Dockerfile:1",
+		"FROM scratch\n":                 "Dockerfile:1",
+	} {
+		out := b.eval(`import('/console/js/dockerfile.js').then((m) => { try { return JSON.stringify(m.compileDockerfile(` + js(src) +
+			`, () => true)); } catch (e) { return 'ERROR ' + e.message; } })`)
+		if !strings.HasPrefix(out, "ERROR "+line+":") {
+			t.Errorf("the console's compiler on %q: %s, want an error at %s", src, out, line)
+		}
+	}
 }

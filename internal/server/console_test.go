@@ -129,3 +129,20 @@ func TestListOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeInfo: an admin key reads the node's runtimes and capacity (read
+// from the host: non-zero); other keys get 403.
+func TestNodeInfo(t *testing.T) {
+	h := newHarness(t, false, harnessOpts{})
+	var n api.NodeInfo
+	h.do("GET", "/v1/node", h.admin, nil, http.StatusOK, &n)
+	if n.Version != "test" || !slices.Equal(n.Runtimes, []string{"runsc", "runc"}) || n.DefaultRuntime == "" {
+		t.Errorf("node: %+v", n)
+	}
+	if n.CPUs < 1 || n.MemoryBytes <= 0 || n.MemoryAvailableBytes <= 0 || n.MemoryAvailableBytes > n.MemoryBytes ||
+		n.DiskBytes <= 0 || n.DiskFreeBytes < 0 || n.DiskFreeBytes > n.DiskBytes || n.Sandboxes == nil {
+		t.Errorf("capacity: %+v", n)
+	}
+	h.do("GET", "/v1/node", h.a, nil, http.StatusForbidden, nil)
+	h.do("GET", "/v1/node", "", nil, http.StatusUnauthorized, nil)
+}

@@ -143,6 +143,7 @@ func Routes() []string { return New(Options{}).routes }
 func (s *Server) register() {
 	s.route("GET /healthz", s.health, public)
 	s.route("GET /metrics", s.serveMetrics, 0)
+	s.route("GET /v1/node", s.nodeInfo, adminOnly)
 
 	s.route("POST /v1/sandboxes", s.createSandbox, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)

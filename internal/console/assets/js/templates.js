@@ -66,7 +66,7 @@ function buildForm() {
 export async function buildPage(main, id, signal) {
   const status = h('span');
   const progress = h('progress', { max: 1, value: 0, 'aria-label': 'Build progress' });
-  const stepText = h('span', { class: 'muted', 'aria-live': 'polite' });
+  const stepText = h('span', { class: 'muted', id: 'step-text', 'aria-live': 'polite' });
   const log = h('pre', { class: 'log', id: 'build-log', tabindex: '0', 'aria-label': 'Build log' });
   const reason = h('div');
   main.append(h('div', { class: 'head' }, h('h1', {}, 'Build ', h('code', { text: id })), status),
@@ -74,10 +74,10 @@ export async function buildPage(main, id, signal) {
   const show = (b) => {
     status.replaceChildren(badge(b.status, b.reason), ' ', b.template + (b.tag ? ':' + b.tag : ''));
     reason.replaceChildren(b.reason ? h('pre', { class: 'traceback', role: 'alert', text: b.reason }) : '');
-    if (b.status === 'ready') { progress.max = 1; progress.value = 1; }
+    if (b.steps) progress.max = b.steps;
+    if (b.status === 'ready') progress.value = progress.max;
   };
   try { show(await get('/v1/templates/builds/' + encodeURIComponent(id), { signal })); } catch (e) { say(errText(e), true); return; }
-  let done = 0;
   try {
     const res = await call('GET', '/v1/templates/builds/' + encodeURIComponent(id) + '/logs' + query({ follow: 'true' }), { raw: true, signal });
     await events(res, (en) => {
@@ -86,11 +86,14 @@ export async function buildPage(main, id, signal) {
       const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
       log.append(h('span', { class: en.level === 'error' ? 'stderr' : en.output ? 'out' : 'meta', text: en.message + '\n' }));
       if (atEnd) log.scrollTop = log.scrollHeight;
-      if (en.total) progress.max = en.total;
-      if (en.stage === 'step' && (en.event === 'done' || (en.event === 'begin' && en.cached))) done++;
-      progress.value = Math.min(done, progress.max);
+      if (en.stage === 'step' && en.total) progress.max = en.total;
+      // Steps before the one that begins are done; a done (or cached) step
+      // counts itself. ENV, WORKDIR and USER log only their begin.
+      if (en.stage === 'step' && en.event === 'begin') progress.value = en.step + (en.cached ? 1 : 0);
+      if (en.stage === 'step' && en.event === 'done') progress.value = en.step + 1;
       if (en.stage === 'step' && en.event === 'begin') stepText.textContent = `step ${en.step + 1} of ${en.total}`;
-      if (en.event === 'ready' || en.event === 'error') stepText.textContent = en.event === 'ready' ? 'ready' : 'failed';
+      if (en.event === 'ready') { progress.value = progress.max; stepText.textContent = 'ready'; }
+      if (en.event === 'error') stepText.textContent = 'failed';
     });
   } catch (e) {
     if (e.name !== 'AbortError') say(errText(e), true);
