@@ -168,6 +168,19 @@ func (b *browser) signIn(key string) {
 	b.do("typing the key", chromedp.SetValue(chromedp.CSS(`input[name=key]`), key), chromedp.Click(chromedp.CSS(`form.signin button[type=submit]`)))
 }
 
+// labelled fails the test for every visible form control or button of
+// the page without an accessible name (a label, aria-label or text).
+func (b *browser) labelled(page string) {
+	b.t.Helper()
+	got := b.eval(`[...document.querySelectorAll('input, select, textarea, button, [role=tab]')]
+		.filter((el) => el.offsetParent !== null || el.getClientRects().length)
+		.filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.getAttribute('aria-labelledby') && !el.textContent.trim() && !el.title)
+		.map((el) => el.outerHTML.slice(0, 120)).join('\n')`)
+	if got != "" {
+		b.t.Errorf("%s: controls without an accessible name:\n%s", page, got)
+	}
+}
+
 // noProblems fails the test on uncaught exceptions and CSP violations seen
 // so far.
 func (b *browser) noProblems() {
@@ -270,6 +283,7 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	b.wait("the running state and memory", fmt.Sprintf(`(() => { const r = document.querySelector('tr[data-id=%s]'); return r && r.textContent.includes('running') && r.cells[8].textContent.includes('MiB'); })()`, js(sb.ID)), 30*time.Second)
 	b.shot("sandboxes")
+	b.labelled("the sandbox list")
 
 	// The sandbox's page, then its terminal: type `echo hi`, see hi.
 	b.do("opening the sandbox", chromedp.Navigate(srv.URL+"/console/#/sandboxes/"+sb.ID))
@@ -286,6 +300,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do("pressing Enter", chromedp.KeyEvent("\r"))
 	b.wait("hi in the terminal", `[...document.querySelectorAll('.xterm-rows > div')].some((d) => d.textContent.trim() === 'hi')`, 30*time.Second)
 	b.shot("terminal")
+	b.labelled("the terminal")
 
 	// Upload through the file input; read it back through the API.
 	local := filepath.Join(t.TempDir(), "from-browser.txt")
@@ -307,6 +322,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do("viewing it", chromedp.Click(chromedp.CSS(`tr[data-path="/home/user/from-browser.txt"] button.link`)))
 	b.wait("its text in the viewer", `(document.querySelector('.viewer pre')?.textContent || '') === `+js(content), 30*time.Second)
 	b.shot("files")
+	b.labelled("the file browser")
 	// Drop a file on the drop zone (a DragEvent carrying a File, as a
 	// drag from the desktop delivers it).
 	b.do("dropping a file", chromedp.Evaluate[chromedp.Void](`(() => {
@@ -333,6 +349,11 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`textarea[data-cell="2"]`), "1 / 0"),
 		chromedp.Click(chromedp.CSS(`.cell:nth-child(2) button.primary`)))
 	b.wait("the traceback", `(document.querySelector('.out pre.traceback')?.textContent || '').includes('ZeroDivisionError')`, 60*time.Second)
+	b.do("running a DataFrame cell", chromedp.WaitVisible(chromedp.CSS(`textarea[data-cell="3"]`)),
+		chromedp.SetValue(chromedp.CSS(`textarea[data-cell="3"]`), "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})"),
+		chromedp.Click(chromedp.CSS(`.cell:nth-child(3) button.primary`)))
+	b.wait("the table in a sandboxed frame", `(() => { const f = document.querySelector('.cell:nth-child(3) iframe.html'); return !!f && f.getAttribute('sandbox') === '' && f.srcdoc.includes('<table'); })()`, 60*time.Second)
+	b.labelled("the code cells")
 	b.shot("code")
 
 	// A template build from a Dockerfile, its log followed live to ready.
@@ -360,6 +381,7 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do("killing", chromedp.Click(chromedp.CSS(`.actions button.danger`)), chromedp.WaitVisible(chromedp.CSS(`#confirm`)),
 		chromedp.Click(chromedp.CSS(`#confirm-ok`)))
 	b.wait("the stopped state", `(document.querySelector('.head .badge')?.textContent || '') === 'stopped'`, 60*time.Second)
+	b.wait("the reason it ended", `document.querySelector('main [role=alert]')?.textContent.includes('killed')`, 30*time.Second)
 	if got, err := ann.GetSandbox(ctx, sb.ID); err != nil || got.State != "stopped" {
 		t.Errorf("after the console's kill the API says %+v, %v; want stopped", got.State, err)
 	}
@@ -383,9 +405,11 @@ func TestConsoleBrowser(t *testing.T) {
 	b.do("the keys page", chromedp.Navigate(srv.URL+"/console/#/keys"))
 	b.wait("Ann's key", `document.querySelector('table')?.textContent.includes('ann')`, 30*time.Second)
 	b.shot("keys")
+	b.labelled("the keys page")
 	b.do("the templates page", chromedp.Navigate(srv.URL+"/console/#/templates"))
 	b.wait("the built-ins", `document.querySelector('table')?.textContent.includes('code-interpreter')`, 30*time.Second)
 	b.shot("templates")
+	b.labelled("the templates page")
 	b.do("the health page", chromedp.Navigate(srv.URL+"/console/#/health"))
 	b.wait("the version, runtimes, capacity and sandboxes", `(() => { const t = document.querySelector('dl.facts')?.textContent || ''; return t.includes('running') && t.includes('runsc (default)') && !!document.querySelector('dl.facts meter'); })()`, 30*time.Second)
 	b.shot("health")

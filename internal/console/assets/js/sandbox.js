@@ -122,6 +122,11 @@ async function overviewTab(panel, current, signal) {
     if (!plot && window.uPlot) {
       plot = new window.uPlot({
         width, height: 220,
+        scales: {
+          x: { time: true, range: (u, min, max) => [max - 120, max] }, // the last two minutes
+          '%': { range: (u, min, max) => [0, Math.max(5, max * 1.2)] },
+          MiB: { range: (u, min, max) => [0, Math.max(16, max * 1.2)] },
+        },
         series: [{}, { label: 'CPU %', stroke: '#d9480f', scale: '%' }, { label: 'Memory MiB', stroke: '#1c7ed6', scale: 'MiB' }],
         axes: [{}, { scale: '%', label: 'CPU %' }, { scale: 'MiB', side: 1, label: 'MiB', grid: { show: false } }],
       }, [xs, cpu, mem], chartBox);
@@ -130,7 +135,10 @@ async function overviewTab(panel, current, signal) {
       if (Math.abs(plot.width - width) > 4) plot.setSize({ width, height: 220 });
     }
   };
+  let busy = false;
   const poll = async () => {
+    if (busy) return; // a slow answer: skip a tick rather than overlap
+    busy = true;
     try {
       const u = await get(sbPath(sb.id, '/usage'), { signal });
       const t = Date.now() / 1000;
@@ -141,7 +149,7 @@ async function overviewTab(panel, current, signal) {
         now.textContent = `CPU ${cpu[cpu.length - 1].toFixed(0)}% · memory ${fmtBytes(u.memory_bytes)} of ${fmtBytes(u.memory_limit)} · disk ${fmtBytes(u.disk_bytes)} of ${fmtBytes(u.disk_limit)} · ${u.pids} pids`;
       }
       prev = [u.cpu_seconds, t];
-    } catch { /* the sandbox ended; the header says so */ }
+    } catch { /* the sandbox ended; the header says so */ } finally { busy = false; }
   };
   const pollProcs = async () => {
     try {
