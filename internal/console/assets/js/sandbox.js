@@ -1,6 +1,6 @@
 // One sandbox: its record, actions and four tabs (overview with live
 // usage and processes, terminal, files, code).
-import { get, post, call, sbPath } from './api.js';
+import { auth, get, post, call, sbPath } from './api.js';
 import { h, field, fmtBytes, ago, until, when, badge, say, errText, confirm, table, empty } from './ui.js';
 import { terminalTab } from './terminal.js';
 import { filesTab } from './files.js';
@@ -13,7 +13,9 @@ export async function sandboxPage(main, id, tab, signal) {
   try {
     sb = await get(sbPath(id), { signal });
   } catch (e) {
-    main.append(h('h1', { text: 'Sandbox ' + id }), h('p', { class: 'error', role: 'alert', text: errText(e) }),
+    const note = e.code === 'not_found' && auth.admin()
+      ? ' An admin key lists every key\'s sandboxes but opens only its own: use the key that created it.' : '';
+    main.append(h('h1', { text: 'Sandbox ' + id }), h('p', { class: 'error', role: 'alert', text: errText(e) + note }),
       h('p', {}, h('a', { href: '#/sandboxes', text: 'Back to the list' })));
     return;
   }
