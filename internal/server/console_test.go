@@ -90,7 +90,8 @@ func TestListOwner(t *testing.T) {
 	start := time.Now().Add(-time.Minute)
 	for i, owner := range []string{"ann", "bob", "bob"} {
 		sb := sandbox.Sandbox{ID: sandbox.ID("owner" + strings.Repeat(string(rune('a'+i)), 8)), Template: "base", Runtime: "runc",
-			State: sandbox.StateStopped, Reason: "killed", Owner: ids[owner], CreatedAt: start.Add(time.Duration(i) * time.Second)}
+			State: sandbox.StatePaused, Owner: ids[owner], CreatedAt: start.Add(time.Duration(i) * time.Second),
+			Env: map[string]string{"TOKEN": "secret of " + owner}} // paused: a record that keeps its env
 		if err := h.store.PutSandbox(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
@@ -118,6 +119,9 @@ func TestListOwner(t *testing.T) {
 		}
 		var got []string
 		for _, sb := range l.Sandboxes {
+			if own := sb.Owner == ids[tc.key]; own != (sb.Env["TOKEN"] != "") {
+				t.Errorf("%s %q: sandbox %s of %s listed with env %v: want it for the key's own only", tc.key, tc.query, sb.ID, sb.Owner, sb.Env)
+			}
 			for name, id := range ids {
 				if sb.Owner == id {
 					got = append(got, name)

@@ -80,7 +80,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(sbs)), NextPageToken: next}
 	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, toAPI(sb))
+		a := toAPI(sb)
+		if sb.Owner != caller(r).ID {
+			a.Env = nil // an admin sees other keys' sandboxes, not their secrets
+		}
+		out.Sandboxes = append(out.Sandboxes, a)
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
