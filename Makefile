@@ -9,7 +9,7 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test fuzz soak bench clean
+.PHONY: setup deps build run test fuzz soak bench clean console-vendor
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached)
@@ -62,6 +62,18 @@ soak: setup
 ## bench: benchmarks, results in docs/benchmarks.md
 bench: setup
 	bin/kiln bench
+
+## console-vendor: the web console's third-party files (xterm.js, uPlot) from
+## the locked npm packages into internal/console/assets/vendor, with their
+## checksums; the copies are committed, so `make build` needs no node
+CONSOLE_WEB := internal/console/web
+CONSOLE_VENDOR := internal/console/assets/vendor
+console-vendor:
+	cd $(CONSOLE_WEB) && npm ci --ignore-scripts --no-audit --no-fund
+	rm -rf $(CONSOLE_VENDOR) && mkdir -p $(CONSOLE_VENDOR)
+	grep -v '^#' $(CONSOLE_WEB)/vendor.txt | while read -r src name; do \
+		cp $(CONSOLE_WEB)/node_modules/$$src $(CONSOLE_VENDOR)/$$name || exit 1; done
+	cd $(CONSOLE_VENDOR) && sha256sum $$(grep -v '^#' ../../web/vendor.txt | cut -d' ' -f2) > SHA256SUMS
 
 clean:
 	rm -rf bin

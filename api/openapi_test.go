@@ -28,6 +28,8 @@ import (
 var structSchemas = map[string]reflect.Type{
 	"Error":                reflect.TypeFor[api.Error](),
 	"Health":               reflect.TypeFor[api.Health](),
+	"NodeInfo":             reflect.TypeFor[api.NodeInfo](),
+	"PoolInfo":             reflect.TypeFor[api.PoolInfo](),
 	"Limits":               reflect.TypeFor[api.Limits](),
 	"TemplateStep":         reflect.TypeFor[api.TemplateStep](),
 	"TemplateBase":         reflect.TypeFor[api.TemplateBase](),

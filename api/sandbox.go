@@ -4,15 +4,17 @@ import "time"
 
 // Sandbox is a sandbox as the REST API shows it.
 type Sandbox struct {
-	ID        string            `json:"id"`
-	Template  string            `json:"template"`
-	Runtime   string            `json:"runtime"`
-	State     string            `json:"state"` // creating, running, paused, stopping, stopped, failed
-	Reason    string            `json:"reason,omitempty"`
-	Limits    Limits            `json:"limits"`
-	Env       map[string]string `json:"env,omitempty"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
+	ID       string            `json:"id"`
+	Template string            `json:"template"`
+	Runtime  string            `json:"runtime"`
+	State    string            `json:"state"` // creating, running, paused, stopping, stopped, failed
+	Reason   string            `json:"reason,omitempty"`
+	Limits   Limits            `json:"limits"`
+	Env      map[string]string `json:"env,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Owner is the id of the key that created it.
+	Owner     string    `json:"owner,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// ExpiresAt is when a running sandbox is killed (or paused, with
 	// AutoPause), and when a paused one is deleted.
 	ExpiresAt time.Time `json:"expires_at,omitzero"`

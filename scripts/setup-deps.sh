@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(runsc runc debootstrap bubblewrap e2fsprogs util-linux procps postgresql nftables iproute2
-	python3-ipykernel python3-matplotlib python3-pandas python3-numpy r-base-core r-cran-irkernel)
+	python3-ipykernel python3-matplotlib python3-pandas python3-numpy r-base-core r-cran-irkernel
+	chromium) # chromium: the web console's browser tests (internal/console), headless
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -71,23 +71,46 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f.Owner = caller(r).ID
+	if f.Owner, err = listOwner(caller(r), r.URL.Query()); err != nil {
+		return err
+	}
 	sbs, next, err := s.m.List(r.Context(), f)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
 	out := api.SandboxList{Sandboxes: make([]api.Sandbox, 0, len(sbs)), NextPageToken: next}
 	for _, sb := range sbs {
-		out.Sandboxes = append(out.Sandboxes, toAPI(sb))
+		a := toAPI(sb)
+		if sb.Owner != caller(r).ID {
+			a.Env = nil // an admin sees other keys' sandboxes, not their secrets
+		}
+		out.Sandboxes = append(out.Sandboxes, a)
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// listOwner is whose sandboxes a list shows: the caller's own, or with
+// ?owner= (admin keys only) another key's, or every key's ("*").
+func listOwner(k apikey.Key, q url.Values) (string, error) {
+	owner, ok := q["owner"]
+	switch {
+	case !ok:
+		return k.ID, nil
+	case !k.Admin:
+		return "", fmt.Errorf("owner: only admin keys list other keys' sandboxes: %w", errdefs.ErrPermissionDenied)
+	case owner[0] == "*":
+		return "", nil
+	case owner[0] == "" || len(owner[0]) > 64:
+		return "", invalid("owner: want a key id or *")
+	}
+	return owner[0], nil
 }
 
 // listFilter parses ?state=S (repeatable) &metadata.K=V &limit=N
 // &page_token=T.
 func listFilter(q url.Values) (sandbox.Filter, error) {
 	var f sandbox.Filter
-	if err := checkQuery(q, "state*", "metadata.", "limit", "page_token"); err != nil {
+	if err := checkQuery(q, "state*", "metadata.", "limit", "page_token", "owner"); err != nil {
 		return f, err
 	}
 	for _, st := range q["state"] {
@@ -237,7 +260,7 @@ func toAPI(sb sandbox.Sandbox) api.Sandbox {
 		ID: sb.ID.String(), Template: sb.Template, Runtime: sb.Runtime,
 		State: string(sb.State), Reason: sb.Reason,
 		Limits: api.Limits{CPUs: l.CPUs, MemoryBytes: l.MemoryBytes, DiskBytes: l.DiskBytes, Pids: l.Pids},
-		Env:    sb.Env, Metadata: sb.Metadata,
+		Env:    sb.Env, Metadata: sb.Metadata, Owner: sb.Owner,
 		CreatedAt: sb.CreatedAt, ExpiresAt: sb.ExpiresAt, AutoPause: sb.AutoPause,
 		Volumes: mountsToAPI(sb.Volumes),
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/console"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/metrics"
@@ -142,6 +143,7 @@ func Routes() []string { return New(Options{}).routes }
 func (s *Server) register() {
 	s.route("GET /healthz", s.health, public)
 	s.route("GET /metrics", s.serveMetrics, 0)
+	s.route("GET /v1/node", s.nodeInfo, adminOnly)
 
 	s.route("POST /v1/sandboxes", s.createSandbox, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
@@ -212,8 +214,13 @@ func (s *Server) register() {
 	s.route("POST /v1/keys", s.createKey, adminOnly)
 	s.route("DELETE /v1/keys/{id}", s.revokeKey, adminOnly)
 
-	// Everything else answers with an api.Error too.
-	s.mux.Handle("/", s.adapt(s.notFound, public))
+	// The web console's files (internal/console); its pages call the
+	// routes above with the key the user signs in with.
+	s.mux.Handle("GET "+console.Prefix, s.adapt(console.Serve, public))
+
+	// Everything else answers with an api.Error too (a browser's GET / is
+	// sent to the console).
+	s.mux.Handle("/", s.adapt(console.Root(s.notFound), public))
 }
 
 // routeFlags say who may call a route.

@@ -73,6 +73,12 @@ func (t *target) send(w http.ResponseWriter, r *http.Request, user string, fi ap
 	}
 	hd.Set("Content-Type", ctype)
 	hd.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": fi.Name}))
+	// A signed URL is a link a browser may open on kiln serve's own origin,
+	// the web console's: a sandbox's HTML must not run script there (it
+	// could read the signed-in key). "sandbox" gives it an opaque origin
+	// and no scripts; nosniff keeps other types from being read as HTML.
+	hd.Set("Content-Security-Policy", "sandbox")
+	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Last-Modified", fi.ModTime.UTC().Format(http.TimeFormat))
 	if r.Method == http.MethodHead { // the description only
 		w.WriteHeader(http.StatusOK)

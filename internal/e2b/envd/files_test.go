@@ -251,7 +251,8 @@ func TestFilesUploadDownload(t *testing.T) {
 	e.sh(t, "", "ln -s up/a.txt ~/alink && ln -s /nowhere ~/blink")
 	t.Run("HEAD", func(t *testing.T) {
 		res, b := e.do(t, "HEAD", "/files?path=raw.bin", map[string]string{"X-Access-Token": e.token}, nil)
-		if res.StatusCode != 200 || len(b) != 0 || res.Header.Get("Content-Disposition") != "inline; filename=raw.bin" {
+		if res.StatusCode != 200 || len(b) != 0 || res.Header.Get("Content-Disposition") != "inline; filename=raw.bin" ||
+			res.Header.Get("Content-Security-Policy") != "sandbox" || res.Header.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("HEAD: %d, %d bytes, %v", res.StatusCode, len(b), res.Header)
 		}
 	})

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	goruntime "runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kiln-sh/kiln/api"
+)
+
+// nodeInfo answers GET /v1/node: the node's runtimes, capacity and what
+// its live sandboxes hold (docs/api.md, "Node").
+func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
+	out := api.NodeInfo{
+		Version: s.version, Runtimes: []string{"runsc", "runc"}, DefaultRuntime: s.cfg.Runtime,
+		Network: s.cfg.Network.Enable, CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
+	}
+	var err error
+	if out.MemoryBytes, out.MemoryAvailableBytes, err = meminfo(); err != nil {
+		return fmt.Errorf("reading the host's memory: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.cfg.DataDir, &st); err != nil {
+		return fmt.Errorf("reading the data dir's file system: %w", err)
+	}
+	out.DiskBytes, out.DiskFreeBytes = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
+	for _, sb := range s.m.Live() {
+		out.Sandboxes[string(sb.State)]++
+		out.Allocated.CPUs += sb.Limits.CPUs
+		out.Allocated.MemoryBytes += sb.Limits.MemoryBytes
+		out.Allocated.DiskBytes += sb.Limits.DiskBytes
+		out.Allocated.Pids += sb.Limits.Pids
+	}
+	if s.im != nil {
+		for _, p := range s.im.PoolStats() {
+			out.Pools = append(out.Pools, api.PoolInfo{Template: p.Template, Ready: p.Ready, Target: p.Target, Hits: p.Hits, Misses: p.Misses})
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// meminfo reads the host's total and available memory.
+func meminfo() (total, avail int64, err error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 2 {
+			continue
+		}
+		kb, err := strconv.ParseInt(string(f[1]), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch string(f[0]) {
+		case "MemTotal:":
+			total = kb << 10
+		case "MemAvailable:":
+			avail = kb << 10
+		}
+	}
+	if total == 0 {
+		return 0, 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+	}
+	return total, avail, nil
+}
