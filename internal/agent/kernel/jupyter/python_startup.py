@@ -359,6 +359,7 @@ def _kiln_fast_flush():
         ):
             return
     write, flush_now, flush = OutStream.write, OutStream._flush, OutStream.flush
+    OutStream._kiln_stock = (write, flush_now, flush)  # kiln bench compares
     OutStream._kiln_gen = 0
     OutStream._kiln_sent = 0
 
