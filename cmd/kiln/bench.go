@@ -139,7 +139,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 		rep.Add("templates", res)
 	}
 	if *snaps && slices.Contains(runtimes, "runsc") {
-		o := bench.SnapshotOptions{Samples: *snapN, Fork4Max: 512 << 20}
+		o := bench.SnapshotOptions{Samples: *snapN, Fork4Max: 512 << 20, Fork16Max: 256 << 20}
 		for _, f := range strings.Split(*snapSizes, ",") {
 			n, err := config.ParseBytes(f)
 			if err != nil || n <= 0 {

@@ -23,24 +23,30 @@ type SnapshotResult struct {
 
 // SnapshotSize is one working-set size's numbers.
 type SnapshotSize struct {
-	WorkingSet    int64 `json:"working_set_bytes"` // random bytes a Python process holds
-	MemoryLimit   int64 `json:"memory_limit_bytes"`
-	Pause         Dist  `json:"pause"`          // Manager.Pause: checkpoint to disk, container destroyed
-	Resume        Dist  `json:"resume"`         // Manager.Resume: restore and a new agent session
-	ResumeFirst   Dist  `json:"resume_first"`   // resume → first `true` done
-	Fork1         Dist  `json:"fork_1"`         // Images.Fork into 1, all running
-	Fork4         Dist  `json:"fork_4"`         // Images.Fork into 4, all running
-	Snapshot      Dist  `json:"snapshot"`       // Images.Snapshot (source keeps running)
-	SnapshotBytes int64 `json:"snapshot_bytes"` // disk a snapshot takes (memory image + written disk blocks)
-	FromSnapshot  Dist  `json:"from_snapshot"`  // Create{Snapshot}, running
+	WorkingSet  int64 `json:"working_set_bytes"` // random bytes a Python process holds
+	MemoryLimit int64 `json:"memory_limit_bytes"`
+	Pause       Dist  `json:"pause"`        // Manager.Pause: checkpoint to disk, container destroyed
+	Resume      Dist  `json:"resume"`       // Manager.Resume: restore and a new agent session
+	ResumeFirst Dist  `json:"resume_first"` // resume → first `true` done
+	Fork1       Dist  `json:"fork_1"`       // Images.Fork into 1, all running
+	Fork4       Dist  `json:"fork_4"`       // Images.Fork into 4, all running
+	Fork16      Dist  `json:"fork_16"`      // Images.Fork into 16, all running
+	// Fork16Memory is the memory the 16 forks' cgroups hold once all run
+	// (summed), and Fork16HostDrop how much the host's MemAvailable fell.
+	Fork16Memory   int64 `json:"fork_16_memory_bytes"`
+	Fork16HostDrop int64 `json:"fork_16_host_drop_bytes"`
+	Snapshot       Dist  `json:"snapshot"`       // Images.Snapshot (source keeps running)
+	SnapshotBytes  int64 `json:"snapshot_bytes"` // disk a snapshot takes (memory image + written disk blocks)
+	FromSnapshot   Dist  `json:"from_snapshot"`  // Create{Snapshot}, running
 }
 
 // SnapshotOptions configure Snapshots.
 type SnapshotOptions struct {
 	Sizes   []int64 // working sets to measure
 	Samples int     // per operation and size (forks: at most 2)
-	// Fork4Max is the largest working set forked into 4 (memory: 5x it).
-	Fork4Max int64
+	// Fork4Max is the largest working set forked into 4 (memory: 5x it),
+	// Fork16Max the largest forked into 16 (17x; one sample).
+	Fork4Max, Fork16Max int64
 }
 
 // Snapshots measures pause, resume, fork and snapshot of runsc sandboxes
@@ -95,26 +101,45 @@ func snapshotSize(ctx context.Context, m *sandbox.Manager, im *sandbox.Images, w
 	}
 	s.Pause, s.Resume, s.ResumeFirst = dist(pause), dist(resume), dist(first)
 
-	forks := func(n int) (Dist, error) {
+	// forks forks into n, samples times, and calls measure (if any) on
+	// each set of forks while they all run.
+	forks := func(n, samples int, measure func([]sandbox.Sandbox)) (Dist, error) {
 		var ds []time.Duration
-		for range min(o.Samples, 2) {
+		for range samples {
 			t0 := time.Now()
 			sbs, err := im.Fork(ctx, sb.ID, n, sandbox.Quota{})
 			if err != nil {
 				return Dist{}, fmt.Errorf("fork into %d: %w", n, err)
 			}
 			ds = append(ds, time.Since(t0))
+			if measure != nil {
+				measure(sbs)
+			}
 			for _, f := range sbs {
 				kill(f.ID)
 			}
 		}
 		return dist(ds), nil
 	}
-	if s.Fork1, err = forks(1); err != nil {
+	if s.Fork1, err = forks(1, min(o.Samples, 2), nil); err != nil {
 		return nil, err
 	}
 	if ws <= o.Fork4Max {
-		if s.Fork4, err = forks(4); err != nil {
+		if s.Fork4, err = forks(4, min(o.Samples, 2), nil); err != nil {
+			return nil, err
+		}
+	}
+	if ws <= o.Fork16Max {
+		before := memAvailable()
+		s.Fork16, err = forks(16, 1, func(sbs []sandbox.Sandbox) {
+			s.Fork16HostDrop = before - memAvailable()
+			for _, f := range sbs {
+				if u, err := m.Usage(ctx, f.ID); err == nil {
+					s.Fork16Memory += u.MemoryBytes
+				}
+			}
+		})
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -190,21 +215,30 @@ func (r *SnapshotResult) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "\n## Pause, resume, fork and snapshots (runsc)\n\n")
 	fmt.Fprintf(w, "`kiln bench --snapshots`: a `base` sandbox whose Python process holds the working set "+
 		"(random bytes, incompressible); %d samples per operation (forks and snapshots: up to 2). p50 (max).\n\n", r.Samples)
-	fmt.Fprintf(w, "| working set | pause | resume | resume → first `true` | fork into 1 | fork into 4 | snapshot | create from snapshot | snapshot size |\n")
-	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| working set | pause | resume | resume → first `true` | fork into 1 | fork into 4 | fork into 16 | snapshot | create from snapshot | snapshot size | memory of 16 forks (cgroups) | host MemAvailable drop |\n")
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	pm := func(d Dist) string {
 		if d.N == 0 {
 			return "–"
 		}
 		return fmt.Sprintf("%s (%s)", ms(d.P50), ms(d.Max))
 	}
+	mem := func(s SnapshotSize, b int64) string {
+		if s.Fork16.N == 0 {
+			return "–"
+		}
+		return mib(b)
+	}
 	for _, s := range r.Sizes {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mib(s.WorkingSet), pm(s.Pause), pm(s.Resume), pm(s.ResumeFirst),
-			pm(s.Fork1), pm(s.Fork4), pm(s.Snapshot), pm(s.FromSnapshot), mib(s.SnapshotBytes))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mib(s.WorkingSet), pm(s.Pause), pm(s.Resume), pm(s.ResumeFirst),
+			pm(s.Fork1), pm(s.Fork4), pm(s.Fork16), pm(s.Snapshot), pm(s.FromSnapshot), mib(s.SnapshotBytes),
+			mem(s, s.Fork16Memory), mem(s, s.Fork16HostDrop))
 	}
 	fmt.Fprintf(w, "\nTargets: resume of a sandbox of ≤ 256 MB ≤ 300 ms; fork into 4 ≤ 1 s. E2B publishes pause ≈ 4 s per GiB and resume ≈ 1 s.\n\n")
 	fmt.Fprintf(w, "- *pause*: freeze, `runsc checkpoint` of memory and processes to the sandbox's dir, container destroyed (memory freed).\n")
 	fmt.Fprintf(w, "- *resume*: `runsc restore` from that image and a new agent session; *→ first `true`* adds one command.\n")
 	fmt.Fprintf(w, "- *fork into N*: freeze, checkpoint with `--leave-running` and a sparse copy of the disk, thaw, then N restores in parallel; until all N run.\n")
 	fmt.Fprintf(w, "- *snapshot*: the same image, kept under a name (the source runs on); *create from snapshot*: one restore of it.\n")
+	fmt.Fprintf(w, "- *memory of 16 forks*: their memory cgroups' usage summed, and the fall of the host's MemAvailable, once all 16 run: "+
+		"gVisor copies the image into each fork's own memory (no page is shared between forks; docs/gvisor-notes.md).\n")
 }

@@ -54,7 +54,8 @@ func (c *CLI) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning 
 }
 
 // Restore creates container id from b, resumed from the image in imageDir,
-// and returns once it runs (restore --detach). As with Create, the
+// and returns once it runs (restore --detach). An image mostly out of the
+// page cache is read with O_DIRECT (see RestoreDirect). As with Create, the
 // command's stderr (and the container's, if io.Stderr is nil) and the
 // runtime's log go to b.Dir/create.log, and a failed restore is deleted.
 func (c *CLI) Restore(ctx context.Context, id string, b *Bundle, imageDir string, io IO) error {
@@ -72,7 +73,11 @@ func (c *CLI) Restore(ctx context.Context, id string, b *Bundle, imageDir string
 	defer logf.Close()
 	start, _ := logf.Seek(0, 2)
 
-	args := append(c.args(c.networkFlag(b)...), "--log="+logPath, "restore", "--detach", "--bundle="+b.Dir, "--image-path="+imageDir, id)
+	args := append(c.args(c.networkFlag(b)...), "--log="+logPath, "restore", "--detach", "--bundle="+b.Dir, "--image-path="+imageDir)
+	if RestoreDirect(imageDir) {
+		args = append(args, "--direct")
+	}
+	args = append(args, id)
 	cmd := exec.CommandContext(ctx, c.binary, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = io.Stdin, io.Stdout, io.Stderr
 	if io.Stdin == nil {
