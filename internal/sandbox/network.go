@@ -121,6 +121,10 @@ func (m *Manager) attachNetwork(ctx context.Context, path string, b *box, o *Net
 	return saveNetwork(b.dir, st)
 }
 
+// Networking reports whether this Manager's sandboxes can have a network
+// (kiln serve set sandbox networking up).
+func (m *Manager) Networking() bool { return m.cfg.Net != nil }
+
 // claimNetwork gives unlisted sandbox b, which has the network a pool
 // made it with, the policy and exposure of the create claiming it (o,
 // from resolveNetwork), before anyone can use it.

@@ -19,7 +19,7 @@ import (
 func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 	out := api.NodeInfo{
 		Version: s.version, Runtimes: []string{"runsc", "runc"}, DefaultRuntime: s.cfg.Runtime,
-		Network: s.cfg.Network.Enable, CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
+		Network: s.m.Networking(), CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
 	}
 	var err error
 	if out.MemoryBytes, out.MemoryAvailableBytes, err = meminfo(); err != nil {
