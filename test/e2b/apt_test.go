@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,17 +31,7 @@ func TestTemplateAptInstall(t *testing.T) {
 	requireMirror(t, ns, config.FromEnv().Mirror)
 	srv := servetest.StartWith(t, servetest.Build(t), servetest.Options{OwnNetwork: true,
 		Env: []string{"KILN_NETWORK=on", "KILN_NETWORK_HOST_NS=" + ns}})
-	for _, sdk := range sdks {
-		t.Run(sdk, func(t *testing.T) {
-			t.Parallel()
-			dir, err := filepath.Abs(sdk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			npmCI(t, dir)
-			runNode(t, dir, srv, []string{"KILN_TEST_REAL_NETWORK=1"}, "apt")
-		})
-	}
+	runPinned(t, srv, []string{"KILN_TEST_REAL_NETWORK=1"}, "apt")
 }
 
 // requireMirror fails the test unless mirror's host answers TCP from

@@ -46,19 +46,7 @@ func TestStockSDKs(t *testing.T) {
 	requireNode(t)
 
 	srv := servetest.Start(t, servetest.Build(t))
-	t.Run("sdk", func(t *testing.T) {
-		for _, sdk := range sdks {
-			t.Run(sdk, func(t *testing.T) {
-				t.Parallel()
-				dir, err := filepath.Abs(sdk)
-				if err != nil {
-					t.Fatal(err)
-				}
-				npmCI(t, dir)
-				runNode(t, dir, srv, nil)
-			})
-		}
-	})
+	t.Run("sdk", func(t *testing.T) { runPinned(t, srv, nil) })
 	// After the pinned pair, not beside it: the machine may be small.
 	t.Run("sdk/newest", func(t *testing.T) {
 		dir := installNewest(t)
@@ -67,6 +55,22 @@ func TestStockSDKs(t *testing.T) {
 	// Each test file kills its sandboxes, and the quick-start programs theirs.
 	if ids := srv.Alive(t); len(ids) > 0 {
 		t.Errorf("sandboxes left after the JS tests: %v", ids)
+	}
+}
+
+// runPinned runs the JS test files (all, or files) once per pinned SDK
+// version, both versions at once, with env added to node's environment.
+func runPinned(t *testing.T, srv *servetest.Server, env []string, files ...string) {
+	for _, sdk := range sdks {
+		t.Run(sdk, func(t *testing.T) {
+			t.Parallel()
+			dir, err := filepath.Abs(sdk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			npmCI(t, dir)
+			runNode(t, dir, srv, env, files...)
+		})
 	}
 }
 
