@@ -416,8 +416,13 @@ func (c *Contexts) execute(ctx context.Context, e *entry, code string, env map[s
 }
 
 // ready returns the context's kernel, starting or restarting it first as
-// needed, and the restart generation it belongs to.
+// needed, and the restart generation it belongs to. A start or restart
+// runs to its end (the kernel's own start timeout) even if the caller
+// gives up: on a loaded host a client's timeout may fall inside a slow
+// kernel start, and its retry should find the kernel up, not start it
+// over and give up at the same point again.
 func (c *Contexts) ready(ctx context.Context, e *entry) (Kernel, int, error) {
+	startCtx := context.WithoutCancel(ctx)
 	e.mu.Lock()
 	k, dead, deleted, gen := e.k, e.dead, e.deleted, e.gen
 	e.mu.Unlock()
@@ -425,7 +430,7 @@ func (c *Contexts) ready(ctx context.Context, e *entry) (Kernel, int, error) {
 	case deleted:
 		return nil, 0, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("context %q was deleted", e.info.ID)}
 	case k == nil:
-		nk, release, err := c.start(ctx, e)
+		nk, release, err := c.start(startCtx, e)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -439,7 +444,7 @@ func (c *Contexts) ready(ctx context.Context, e *entry) (Kernel, int, error) {
 		e.k = nk
 		return nk, e.gen, nil
 	case dead:
-		if err := k.Restart(ctx); err != nil {
+		if err := k.Restart(startCtx); err != nil {
 			return nil, 0, &api.Error{Code: api.CodeUnavailable, Message: "restarting the " + e.info.Language + " kernel: " + err.Error()}
 		}
 		e.mu.Lock()

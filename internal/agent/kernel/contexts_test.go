@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,5 +208,37 @@ func TestQueue(t *testing.T) {
 	}
 	if err := c.Queue(ctx, "nope", "1", 0, func(error) {}); err == nil {
 		t.Error("Queue into a missing context succeeded")
+	}
+}
+
+// TestStartOutlivesCaller: a caller that gives up while its context's
+// kernel starts (a client's timeout on a loaded host) does not waste the
+// start: the next execution finds that kernel up instead of starting
+// another.
+func TestStartOutlivesCaller(t *testing.T) {
+	_, o := newContexts(t)
+	python := jupyter.NewPython("/usr/bin/python3")
+	var starts atomic.Int32
+	c := kernel.NewContexts(kernel.Config{Factories: map[string]kernel.Factory{
+		"python": func(ctx context.Context, o kernel.Options) (kernel.Kernel, error) {
+			starts.Add(1)
+			time.Sleep(200 * time.Millisecond) // the caller gives up meanwhile
+			return python(ctx, o)
+		}}})
+	t.Cleanup(func() { c.Close() })
+	d, err := c.Default("python", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Execute(ctx, d.ID, "x = 1", nil, 0, func(api.Event) error { return nil }); err == nil {
+		t.Fatal("an execution whose caller gave up during the start succeeded")
+	}
+	if out, _, err := execute(t, c, d.ID, "print(6 * 7)", 0); err != nil || out != "42\n" {
+		t.Fatalf("execution after the abandoned one: %q %v", out, err)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Errorf("the kernel was started %d times, want once", n)
 	}
 }

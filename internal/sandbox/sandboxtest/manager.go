@@ -142,8 +142,7 @@ type Result struct {
 	Events         []api.Event // the type and seq of each event
 }
 
-// Exec runs p to its end (60 s at most) and fails the test if the agent
-// cannot run it.
+// Exec runs p to its end and fails the test if the agent cannot run it.
 func (b *Box) Exec(p wire.ExecParams) Result {
 	b.t.Helper()
 	r, err := b.TryExec(p)
@@ -153,9 +152,12 @@ func (b *Box) Exec(p wire.ExecParams) Result {
 	return r
 }
 
-// TryExec is Exec that returns the error.
+// TryExec is Exec that returns the error. The call waits 2 minutes, or a
+// minute past the command's own timeout when that is longer (a bound
+// below the command's would end the call before the agent ends it).
 func (b *Box) TryExec(p wire.ExecParams) (Result, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	wait := max(2*time.Minute, time.Duration(p.TimeoutMs)*time.Millisecond+time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var out, errb bytes.Buffer
 	var events []api.Event

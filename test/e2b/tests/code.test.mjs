@@ -8,6 +8,13 @@ import { ci, e2b, sandbox, test, until } from '../lib/sdk.mjs'
 const { Sandbox } = ci
 const { NotFoundError, TimeoutError } = e2b
 
+// coldStart is the timeoutMs of a cell that starts a language's kernel: a
+// few seconds under gVisor on a quiet host (R about 9 s), but over the
+// SDK's default 60 s on a 2-core host running fork bombs beside this
+// suite. Kiln keeps starting a kernel whose caller gave up; the tests wait
+// for it instead of failing on a loaded host.
+const coldStart = 300_000
+
 let sbx
 before(async () => {
   sbx = await sandbox(Sandbox, { metadata: { file: 'code' }, envs: { E2E_GLOBAL: 'for every process' } })
@@ -179,7 +186,7 @@ test('runCode sets envs for one execution only', async () => {
 test('env vars given at create reach the kernel and commands', async () => {
   assert.equal((await sbx.runCode('import os\nos.environ["E2E_GLOBAL"]')).text, 'for every process')
   assert.equal((await sbx.commands.run('echo "$E2E_GLOBAL"')).stdout, 'for every process\n')
-  const js = await sbx.runCode('process.env.E2E_GLOBAL', { language: 'javascript' })
+  const js = await sbx.runCode('process.env.E2E_GLOBAL', { language: 'javascript', timeoutMs: coldStart })
   assert.equal(js.text, 'for every process')
 })
 
@@ -234,14 +241,14 @@ test('the code interpreter answers GET :49999/health inside the sandbox', async 
 })
 
 test('runCode runs JavaScript with language js', async () => {
-  const ex = await sbx.runCode('const a = 20\nconsole.log("from node")\na * 2 + 2', { language: 'js' })
+  const ex = await sbx.runCode('const a = 20\nconsole.log("from node")\na * 2 + 2', { language: 'js', timeoutMs: coldStart })
   assert.equal(ex.error, undefined)
   assert.deepEqual(ex.logs.stdout, ['from node\n'])
   assert.equal(ex.text, '42')
 })
 
 test('JavaScript cells accept ES-module import syntax', async () => {
-  const ex = await sbx.runCode('import fs from "node:fs"\nimport { join, basename as base } from "path"\nimport * as os from "os"\nbase(join("a", "b.txt")) + " " + fs.existsSync("/") + " " + (typeof os.platform)', { language: 'js' })
+  const ex = await sbx.runCode('import fs from "node:fs"\nimport { join, basename as base } from "path"\nimport * as os from "os"\nbase(join("a", "b.txt")) + " " + fs.existsSync("/") + " " + (typeof os.platform)', { language: 'js', timeoutMs: coldStart })
   assert.equal(ex.error, undefined)
   assert.equal(ex.text, 'b.txt true function')
   // What a cell imported stays defined, as in a module's scope.
@@ -249,14 +256,14 @@ test('JavaScript cells accept ES-module import syntax', async () => {
 })
 
 test('Java cells accept snippets: statements, methods and a last expression, without a class', async () => {
-  const ex = await sbx.runCode('int twice(int n) { return 2 * n; }\nint x = 20;\nSystem.out.println(twice(x) + 2);\n"x is " + x', { language: 'java' })
+  const ex = await sbx.runCode('int twice(int n) { return 2 * n; }\nint x = 20;\nSystem.out.println(twice(x) + 2);\n"x is " + x', { language: 'java', timeoutMs: coldStart })
   assert.equal(ex.error, undefined)
   assert.deepEqual(ex.logs.stdout, ['42\n'])
   assert.equal(ex.text, 'x is 20')
 })
 
 test('runCode runs TypeScript with language ts, types and all', async () => {
-  const ex = await sbx.runCode('interface P { x: number }\nconst p: P = { x: 21 }\nfunction twice(n: number): number { return n * 2 }\ntwice(p.x)', { language: 'ts' })
+  const ex = await sbx.runCode('interface P { x: number }\nconst p: P = { x: 21 }\nfunction twice(n: number): number { return n * 2 }\ntwice(p.x)', { language: 'ts', timeoutMs: coldStart })
   assert.equal(ex.error, undefined)
   assert.equal(ex.text, '42')
   const again = await sbx.runCode('const q: number = twice(p.x) + 1\nq', { language: 'ts' })
@@ -266,7 +273,7 @@ test('runCode runs TypeScript with language ts, types and all', async () => {
 test('runCode runs R and bash', async () => {
   // IRkernel shows values as display data, so they are results but not
   // the main result, as on E2B.
-  const r = await sbx.runCode('x <- c(1, 2, 3)\nsum(x)', { language: 'r' })
+  const r = await sbx.runCode('x <- c(1, 2, 3)\nsum(x)', { language: 'r', timeoutMs: coldStart })
   assert.equal(r.error, undefined)
   assert.equal(r.results[0].text, '[1] 6')
   assert.deepEqual((await sbx.runCode('cat("from R\\n")', { language: 'r' })).logs.stdout, ['from R\n'])

@@ -65,7 +65,8 @@ test('a code interpreter keeps its variables across pause and resume', async () 
   // Without its memory the kernel starts over, and works.
   assert.equal(await resumed.pause({ keepMemory: false }), true)
   const rebooted = await ci.Sandbox.connect(code.sandboxId)
-  assert.equal((await rebooted.runCode('remembered')).error?.name, 'NameError')
+  // The Python kernel starts cold here: minutes on a loaded 2-core host.
+  assert.equal((await rebooted.runCode('remembered', { timeoutMs: 300_000 })).error?.name, 'NameError')
   assert.equal((await rebooted.runCode('6 * 7')).text, '42')
 })
 

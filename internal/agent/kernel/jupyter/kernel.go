@@ -28,7 +28,10 @@ import (
 
 // Timeouts of a kernel's lifecycle.
 const (
-	startTimeout = 60 * time.Second
+	// startTimeout bounds a kernel's start: ~1 s (Python) to ~9 s (R)
+	// under gVisor on a quiet host, and ten times that on a host busy
+	// enough (a CI run beside fork bombs took over 60 s for R).
+	startTimeout = 3 * time.Minute
 	// interruptGrace is how long an interrupted execution may take to
 	// stop before the kernel is restarted; SIGINT is resent every second.
 	interruptGrace = 5 * time.Second
