@@ -7,8 +7,11 @@ import (
 )
 
 // unwindTimeout bounds the undo steps of a failed bring-up: they run on a
-// context detached from the caller's, which may be what failed.
-const unwindTimeout = 30 * time.Second
+// context detached from the caller's, which may be what failed. An undo
+// step cut short leaks what it undoes (a runsc sandbox, a busy layer
+// mount), so the bound is generous: a `runsc delete` outlasted 30 s at a
+// load of 110 (CI 17, TestWarmFallsBackToCold).
+const unwindTimeout = 2 * time.Minute
 
 // cleanup is the undo stack of something being made in steps (a sandbox
 // being brought up): each step that makes something pushes how to remove
