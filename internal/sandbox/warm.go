@@ -214,7 +214,9 @@ func (w *warmBuilds) lock(key string) *sync.Mutex {
 
 // runWarmStep runs a template's warm step in a fresh sandbox: Start in the
 // background, Code in its language's default context, then Ready until it
-// succeeds.
+// succeeds. Each run of Ready may take until the warm step's deadline, as
+// on E2B: its waitForTimeout(ms) is a plain "sleep" (the ready command of
+// every Dockerfile CMD that `e2b template create` compiles is "sleep 20").
 func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
 	if w.Start != "" {
 		started := make(chan error, 1)
@@ -238,7 +240,7 @@ func runWarmStep(ctx context.Context, a *Agent, w *template.Warm) error {
 		}
 	}
 	for w.Ready != "" {
-		exit, err := a.Exec(ctx, wire.ExecParams{Cmd: w.Ready, Cwd: w.Cwd, TimeoutMs: 10_000}, func(api.Event) error { return nil })
+		exit, err := a.Exec(ctx, wire.ExecParams{Cmd: w.Ready, Cwd: w.Cwd, TimeoutMs: max(time.Until(deadline(ctx)).Milliseconds(), 1)}, func(api.Event) error { return nil })
 		if err == nil && exit != nil && exit.Code == 0 && exit.Reason == api.ExitNormal {
 			break
 		}
