@@ -35,13 +35,18 @@ func TestAutoPause(t *testing.T) {
 		cfg := testConfig(t)
 		cfg.Adopt = true
 		m1 := newManager(t, cfg)
-		e := create(t, m1, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoResume: true, Timeout: 2 * time.Second})
-		if !e.SB.AutoPause || !e.SB.AutoResume || e.SB.Timeout != 2*time.Second {
+		// A minute to set up in (a 2 s timeout at create expired before
+		// the counter started on a loaded host), then 2 s to live.
+		e := create(t, m1, sandbox.CreateOptions{Runtime: rt, AutoPause: true, AutoResume: true, Timeout: time.Minute})
+		if !e.SB.AutoPause || !e.SB.AutoResume || e.SB.Timeout != time.Minute {
 			t.Errorf("record: %+v", e.SB)
 		}
 		e.Sh("echo kept > /home/user/state.txt")
 		pid := startCounter(t, e)
-		sb := waitState(t, m1, e.SB.ID, sandbox.StatePaused, 20*time.Second)
+		if _, err := m1.SetTimeout(context.Background(), e.SB.ID, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sb := waitState(t, m1, e.SB.ID, sandbox.StatePaused, time.Minute)
 		if sb.PausedAt.IsZero() || sb.ExpiresAt.Sub(sb.PausedAt) != cfg.Limits.MaxPausedLifetime {
 			t.Errorf("auto-paused record: paused at %v, expires at %v", sb.PausedAt, sb.ExpiresAt)
 		}

@@ -32,27 +32,37 @@ func startCounter(t *testing.T, e *env) int {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	pidc, seen := make(chan int, 1), make(chan struct{})
+	pidc, seen, failed := make(chan int, 1), make(chan struct{}), make(chan error, 1)
 	var once bool
 	var out strings.Builder
-	go e.Agent.Exec(ctx, wire.ExecParams{Cmd: counterScript, Tag: "counter"}, func(ev api.Event) error {
-		switch {
-		case ev.Type == api.EventStart:
-			pidc <- ev.PID
-		case ev.Type == api.EventStdout && !once:
-			out.Write(ev.Data)
-			if strings.Contains(out.String(), "count 3\n") {
-				once = true
-				close(seen)
+	go func() {
+		_, err := e.Agent.Exec(ctx, wire.ExecParams{Cmd: counterScript, Tag: "counter"}, func(ev api.Event) error {
+			switch {
+			case ev.Type == api.EventStart:
+				pidc <- ev.PID
+			case ev.Type == api.EventStdout && !once:
+				out.Write(ev.Data)
+				if strings.Contains(out.String(), "count 3\n") {
+					once = true
+					close(seen)
+				}
 			}
-		}
-		return nil
-	})
-	pid := <-pidc
+			return nil
+		})
+		failed <- err
+	}()
+	var pid int
+	select {
+	case pid = <-pidc:
+	case err := <-failed:
+		t.Fatalf("counter did not start: %v", err)
+	case <-time.After(time.Minute):
+		t.Fatal("counter did not start within a minute")
+	}
 	select {
 	case <-seen:
-	case <-time.After(20 * time.Second):
-		t.Fatal("counter did not start")
+	case <-time.After(time.Minute):
+		t.Fatal("counter did not count")
 	}
 	cancel() // detach; the process runs on
 	return pid
