@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -99,10 +100,18 @@ func (m *Manager) SetTimeout(ctx context.Context, id ID, d time.Duration) (Sandb
 // paused if they have AutoPause; paused ones are deleted once they have
 // been paused for MaxPausedLifetime. It also deletes the records of
 // sandboxes that ended more than RetainEnded ago.
+//
+// Expirations run beside each other, up to reapConcurrency at once: one
+// at a time, a slow pause (a checkpoint on a loaded host) or a sandbox
+// whose lock a long snapshot holds kept every other expired sandbox
+// running past its time (CI 19: a 3 s sandbox still ran a minute later).
 func (m *Manager) reaper() {
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
 	var pruned time.Time
+	var mu sync.Mutex
+	inFlight := map[ID]bool{}
+	slots := make(chan struct{}, reapConcurrency)
 	for {
 		select {
 		case <-m.done:
@@ -112,17 +121,45 @@ func (m *Manager) reaper() {
 				pruned = now
 				m.pruneEnded(now.Add(-retain))
 			}
+		expire:
 			for _, sb := range m.Live() {
-				if !expired(sb, now) {
+				mu.Lock()
+				busy := inFlight[sb.ID]
+				mu.Unlock()
+				if busy || !expired(sb, now) {
 					continue
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				m.expire(ctx, sb.ID, now)
-				cancel()
+				select {
+				case slots <- struct{}{}:
+				default:
+					break expire // the rest wait for a free slot at the next tick
+				}
+				mu.Lock()
+				inFlight[sb.ID] = true
+				mu.Unlock()
+				go func() {
+					defer func() {
+						mu.Lock()
+						delete(inFlight, sb.ID)
+						mu.Unlock()
+						<-slots
+					}()
+					ctx, cancel := context.WithTimeout(context.Background(), expireTimeout)
+					defer cancel()
+					m.expire(ctx, sb.ID, now)
+				}()
 			}
 		}
 	}
 }
+
+// reapConcurrency is how many expired sandboxes the reaper ends at once;
+// expireTimeout bounds one (a pause that fails kills the sandbox, so the
+// bound is generous).
+const (
+	reapConcurrency = 4
+	expireTimeout   = 3 * time.Minute
+)
 
 // pruneEnded deletes the records of sandboxes that ended before cutoff,
 // a batch at a time, for at most a minute (the rest wait for the next
