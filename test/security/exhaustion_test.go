@@ -273,9 +273,17 @@ func bomb(t *testing.T, b *sandboxtest.Box, p wire.ExecParams) string {
 		t.Fatalf("fork bomb: the call failed: %v", err)
 	}
 	limit := b.SB.Limits.Pids
+	how := string(r.Exit.Reason)
 	switch {
 	case r.Exit.Reason == api.ExitPidsLimit && strings.Contains(r.Exit.Message, fmt.Sprintf("limit is %d tasks", limit)):
 	case r.Exit.Reason == api.ExitOOM:
+	case b.SB.Runtime == "runsc" && r.Exit.Reason == api.ExitNormal && strings.Contains(r.Stderr, "fork: retry: Resource temporarily unavailable"):
+		// gVisor's cgroupfs has no pids.events, so the agent's guard
+		// learns of the limit only by sampling the task count; bash's
+		// bomb, whose forks the limit refuses, may give up and end by
+		// itself between two samples on a loaded host (CI 20). Contained
+		// all the same: the checks below still hold.
+		how = "ended by itself, forks refused"
 	default:
 		t.Fatalf("fork bomb not contained: exit %+v stderr %.300q", r.Exit, r.Stderr)
 	}
@@ -288,7 +296,7 @@ func bomb(t *testing.T, b *sandboxtest.Box, p wire.ExecParams) string {
 	if after > before {
 		t.Errorf("%d tasks in the sandbox after the bomb, %d before", after, before)
 	}
-	return fmt.Sprintf("%s after %.1f s; tasks %d → %d", r.Exit.Reason, took.Seconds(), before, after)
+	return fmt.Sprintf("%s after %.1f s; tasks %d → %d", how, took.Seconds(), before, after)
 }
 
 // taskCount counts the sandbox's tasks (processes and threads) but the
