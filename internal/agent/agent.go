@@ -64,7 +64,6 @@ func New(cfg Config, log *slog.Logger) *Server {
 	})
 	s.files = files.New(log.With("component", "files"))
 	s.contexts = newContexts(s)
-	s.hosts()
 	return s
 }
 

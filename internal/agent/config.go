@@ -69,10 +69,6 @@ type Config struct {
 	// child subreaper there); an agent embedded in a program that has
 	// other children (tests) leaves it false.
 	ReapAll bool
-	// HostsFile, if set, is the sandbox's /etc/hosts, which the agent
-	// writes when the root filesystem has none (see ensureHosts). Not
-	// from the environment: cmd/kiln-agent sets it as PID 1.
-	HostsFile string
 }
 
 // Default returns the configuration with no variables set.

@@ -35,7 +35,6 @@ func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	s.sandboxID, s.env = p.SandboxID, env
 	s.idMu.Unlock()
 	s.procs.SetBaseEnv(s.baseEnv())
-	s.hosts()
 	if old != p.SandboxID {
 		s.log.Info("agent now serves another sandbox", "was", old, "sandbox_id", p.SandboxID)
 	}
