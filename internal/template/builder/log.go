@@ -60,6 +60,12 @@ func (r *run) output(line string) {
 	r.log.add(r.entry("", levelInfo, line), true)
 }
 
+// outputErr is output for a line of standard error.
+func (r *run) outputErr(line string) {
+	r.tail.addErr(line)
+	r.log.add(r.entry("", levelInfo, line), true)
+}
+
 // entry is a line of the part of the build being run, with its stage,
 // the recipe's size and its event.
 func (r *run) entry(event, level, msg string) LogEntry {

@@ -326,20 +326,45 @@ func (r *run) release() {
 	r.leased = nil
 }
 
-// tail keeps the last lines of a step's output for its failure reason.
-type tail struct{ lines []string }
+// tail keeps the last lines of a step's output for its failure reason,
+// and the last lines of its standard error apart: stdout and stderr are
+// two pipes, so an error a command printed last (apt's "E: Unable to
+// locate package") may arrive before its final stdout lines and fall out
+// of the window.
+type tail struct{ lines, errs []string }
 
-const tailLines = 20
+const (
+	tailLines    = 20
+	tailErrLines = 5
+)
 
 func newTail() *tail { return &tail{} }
 
-func (t *tail) add(line string) {
-	t.lines = append(t.lines, line)
-	if len(t.lines) > tailLines {
-		t.lines = t.lines[len(t.lines)-tailLines:]
-	}
+func (t *tail) add(line string) { t.lines = last(append(t.lines, line), tailLines) }
+
+// addErr adds a line of standard error.
+func (t *tail) addErr(line string) {
+	t.add(line)
+	t.errs = last(append(t.errs, line), tailErrLines)
 }
 
-func (t *tail) reset() { t.lines = nil }
+func last(lines []string, n int) []string { return lines[max(len(lines)-n, 0):] }
 
-func (t *tail) String() string { return strings.Join(t.lines, "\n") }
+func (t *tail) reset() { t.lines, t.errs = nil, nil }
+
+// String is the window of last lines, then those of the last stderr
+// lines that fell out of it.
+func (t *tail) String() string {
+	out := t.lines
+	window := strings.Join(t.lines, "\n")
+	var missing []string
+	for _, e := range t.errs {
+		if !strings.Contains(window, e) {
+			missing = append(missing, e)
+		}
+	}
+	if len(missing) > 0 {
+		out = append(append([]string(nil), out...), missing...)
+	}
+	return strings.Join(out, "\n")
+}

@@ -108,24 +108,24 @@ func (r *run) exec(ctx context.Context, ag *sandbox.Agent, user, cwd, script, ar
 	if arg != "" {
 		args = append(args, "sh", arg)
 	}
-	var lines lineSplitter
+	// One splitter per stream: their chunks interleave.
+	var stdout, stderr lineSplitter
+	out, errOut := func(string) {}, func(string) {}
+	if logOutput {
+		out, errOut = r.output, r.outputErr
+	}
 	emit := func(ev api.Event) error {
-		if ev.Type != api.EventStdout && ev.Type != api.EventStderr {
-			return nil
+		switch ev.Type {
+		case api.EventStdout:
+			stdout.write(ev.Data, out)
+		case api.EventStderr:
+			stderr.write(ev.Data, errOut)
 		}
-		lines.write(ev.Data, func(s string) {
-			if logOutput {
-				r.output(s)
-			}
-		})
 		return nil
 	}
 	exit, err := ag.Exec(ctx, wire.ExecParams{Args: args, User: user, Cwd: cwd, Env: r.cfg.Env}, emit)
-	lines.flush(func(s string) {
-		if logOutput {
-			r.output(s)
-		}
-	})
+	stdout.flush(out)
+	stderr.flush(errOut)
 	if err != nil {
 		return nil, err
 	}
