@@ -353,18 +353,13 @@ func last(lines []string, n int) []string { return lines[max(len(lines)-n, 0):] 
 func (t *tail) reset() { t.lines, t.errs = nil, nil }
 
 // String is the window of last lines, then those of the last stderr
-// lines that fell out of it.
+// lines that are not in it.
 func (t *tail) String() string {
-	out := t.lines
-	window := strings.Join(t.lines, "\n")
-	var missing []string
+	out := slices.Clone(t.lines)
 	for _, e := range t.errs {
-		if !strings.Contains(window, e) {
-			missing = append(missing, e)
+		if !slices.Contains(t.lines, e) {
+			out = append(out, e)
 		}
-	}
-	if len(missing) > 0 {
-		out = append(append([]string(nil), out...), missing...)
 	}
 	return strings.Join(out, "\n")
 }
