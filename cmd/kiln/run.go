@@ -202,6 +202,9 @@ func uploadScript(ctx context.Context, agent *sandbox.Agent, user string, args [
 // in-memory store, so it never adopts or touches a server's sandboxes;
 // close removes both.
 func privateManager(ctx context.Context, cfg config.Config, log *slog.Logger, prefix string) (*sandbox.Manager, *sandbox.Images, *sqlite.Store, func(), error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil { // a new machine has none yet
+		return nil, nil, nil, nil, fmt.Errorf("creating data dir: %w", err)
+	}
 	stateDir, err := os.MkdirTemp(cfg.DataDir, prefix)
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("creating state dir: %w", err)

@@ -138,6 +138,11 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 		return nil, fmt.Errorf("mounting writable layer: %w", err)
 	}
 	c.add(func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
+	if u.disk == "" { // a fresh layer; an image copy has its source's
+		if err := ensureHosts(layer.Rootfs()); err != nil {
+			return nil, err
+		}
+	}
 
 	if err := m.fault(u.path, stageBundle, id); err != nil {
 		return nil, err
