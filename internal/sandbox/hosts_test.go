@@ -43,6 +43,7 @@ func TestLocalhost(t *testing.T) {
 			if err != nil {
 				t.Fatalf("fork: %v", err)
 			}
+			t.Cleanup(func() { _ = m.Kill(context.Background(), sbs[0].ID) })
 			a, err := m.Agent(sbs[0].ID)
 			if err != nil {
 				t.Fatal(err)
