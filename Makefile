@@ -33,13 +33,17 @@ run: setup
 	bin/kiln serve
 
 ## test: set up, then run the whole test suite (root-only tests need root)
-## and every fuzz target for a bounded time
+## and, beside it, every fuzz target for a bounded time
 test: setup
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 25m ./...
-	$(MAKE) fuzz
+	@# The fuzz targets (their instrumented builds are most of their time)
+	@# run beside the tests; their output follows the tests'.
+	@log=$$(mktemp); $(MAKE) --no-print-directory fuzz >$$log 2>&1 & fuzz=$$!; \
+		$(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
+		wait $$fuzz; frc=$$?; cat $$log; rm -f $$log; \
+		[ $$rc -eq 0 ] && [ $$frc -eq 0 ]
 
 ## fuzz: each fuzz target for FUZZTIME (crashers land in the package's
 ## testdata/fuzz: commit them with the fix)

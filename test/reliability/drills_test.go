@@ -69,6 +69,12 @@ func assertGone(t *testing.T, cfg sandbox.Config, ids ...sandbox.ID) {
 	for _, id := range ids {
 		s = append(s, id.String())
 	}
+	assertGoneIDs(t, cfg, s)
+}
+
+// assertGoneIDs is assertGone of ids as strings.
+func assertGoneIDs(t *testing.T, cfg sandbox.Config, s []string) {
+	t.Helper()
 	// A layer's loop device clears itself (autoclear) when its last mount
 	// goes, and a mount namespace copied meanwhile (any sandbox starting,
 	// also in other test packages) holds that mount for a moment: loop

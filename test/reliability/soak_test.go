@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/apikey"
-	"github.com/kiln-sh/kiln/internal/bench"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store/sqlite"
@@ -162,9 +160,7 @@ func TestSoak(t *testing.T) {
 			}
 		}
 	}
-	if left := bench.Leftovers(ids, filepath.Dir(cfg.StateDir)); len(left) > 0 {
-		t.Errorf("leaked: %v", left)
-	}
+	assertGoneIDs(t, cfg, ids)
 	if l := m.Live(); len(l) != 0 {
 		t.Errorf("%d sandboxes still live", len(l))
 	}
