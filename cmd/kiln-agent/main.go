@@ -46,6 +46,7 @@ func main() {
 	cfg.PathDir = sudoDir()
 	if os.Getpid() == 1 {
 		cfg.SudoSocket = sudo.SocketPath
+		cfg.HostsFile = "/etc/hosts"
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel})).
 		With("component", "agent", "sandbox_id", cfg.SandboxID)

@@ -64,6 +64,10 @@ type Config struct {
 	// SudoSocket, if set, is where ServeSudo listens (sudo.SocketPath).
 	// Not from the environment: cmd/kiln-agent sets it as PID 1.
 	SudoSocket string
+	// HostsFile, if set, is the hosts file a restored agent renames its
+	// hostname in (renameHosts). Not from the environment: cmd/kiln-agent
+	// sets it as PID 1.
+	HostsFile string
 	// ReapAll makes the agent reap every child with wait4(-1). Not from
 	// the environment: cmd/kiln-agent sets it (the agent is PID 1 or a
 	// child subreaper there); an agent embedded in a program that has

@@ -35,6 +35,9 @@ func (s *Server) identify(ctx context.Context, p wire.IdentifyParams) error {
 	s.sandboxID, s.env = p.SandboxID, env
 	s.idMu.Unlock()
 	s.procs.SetBaseEnv(s.baseEnv())
+	if err := renameHosts(s.cfg.HostsFile); err != nil {
+		s.log.Warn("renaming the hostname in the hosts file", "err", err)
+	}
 	if old != p.SandboxID {
 		s.log.Info("agent now serves another sandbox", "was", old, "sandbox_id", p.SandboxID)
 	}

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kiln-sh/kiln/internal/agentapi/wire"
 )
 
 func TestEnsureHosts(t *testing.T) {
@@ -11,6 +13,7 @@ func TestEnsureHosts(t *testing.T) {
 	if err := os.Mkdir(outside, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	hostsFile := wire.Hosts("sb1")
 	for _, tc := range []struct {
 		name string
 		make func(t *testing.T, root string)
@@ -37,7 +40,7 @@ func TestEnsureHosts(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			tc.make(t, root)
-			if err := ensureHosts(root); err != nil {
+			if err := ensureHosts(root, "sb1"); err != nil {
 				t.Fatal(err)
 			}
 			got, err := os.ReadFile(filepath.Join(root, "etc/hosts"))

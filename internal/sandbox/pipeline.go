@@ -139,7 +139,7 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 	}
 	c.add(func(ctx context.Context) error { return rootfs.Unmount(ctx, layer.Dir()) })
 	if u.disk == "" { // a fresh layer; an image copy has its source's
-		if err := ensureHosts(layer.Rootfs()); err != nil {
+		if err := ensureHosts(layer.Rootfs(), id.String()); err != nil {
 			return nil, err
 		}
 	}

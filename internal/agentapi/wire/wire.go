@@ -280,3 +280,13 @@ type ExecuteParams struct {
 type ContextsParams struct {
 	Defaults []string `json:"defaults,omitempty"`
 }
+
+// Hosts is the /etc/hosts Kiln gives a sandbox whose template has none:
+// localhost, and the sandbox's hostname (so getaddrinfo of either works,
+// as Java's InetAddress.getLocalHost needs). The host writes it into a
+// fresh layer before the sandbox first starts; a restored agent whose
+// hostname changed rewrites a file that is exactly Hosts of another name
+// (and nothing else) on identify.
+func Hosts(hostname string) string {
+	return "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + hostname + "\n"
+}
