@@ -12,10 +12,14 @@ LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.
 .PHONY: setup deps build run test fuzz soak bench clean console-vendor
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
-## and a recent static gVisor runsc built from the Go module proxy (cached)
+## and a recent static gVisor runsc built from the Go module proxy (cached);
+## with Go already there, the runsc build runs beside the apt installs
 deps:
-	@scripts/setup-deps.sh
-	@scripts/install-runsc.sh
+	@if command -v go >/dev/null; then \
+		scripts/install-runsc.sh & runsc=$$!; \
+		scripts/setup-deps.sh; rc=$$?; wait $$runsc; rrc=$$?; \
+		[ $$rc -eq 0 ] && [ $$rrc -eq 0 ]; \
+	else scripts/setup-deps.sh && scripts/install-runsc.sh; fi
 
 ## build: bin/kiln and the static bin/kiln-agent
 build:
