@@ -80,6 +80,8 @@ var structSchemas = map[string]reflect.Type{
 	"TemplateLogEntry":     reflect.TypeFor[api.TemplateLogEntry](),
 	"Template":             reflect.TypeFor[api.Template](),
 	"TemplateList":         reflect.TypeFor[api.TemplateList](),
+	"TemplatePushRequest":  reflect.TypeFor[api.TemplatePushRequest](),
+	"TemplatePushResult":   reflect.TypeFor[api.TemplatePushResult](),
 	"TemplateTagRequest":   reflect.TypeFor[api.TemplateTagRequest](),
 	"TemplateUpdate":       reflect.TypeFor[api.TemplateUpdate](),
 }

@@ -218,6 +218,23 @@ type TemplateBuildList struct {
 	Builds []TemplateBuild `json:"builds"`
 }
 
+// TemplatePushRequest pushes a template's build to a registry as an OCI
+// image (POST /v1/templates/{ref}/push).
+type TemplatePushRequest struct {
+	// Image is the reference to push to: [registry/]repository[:tag].
+	Image string `json:"image"`
+	// Registry holds credentials for it; anonymous when absent.
+	Registry *RegistryAuth `json:"registry,omitempty"`
+}
+
+// TemplatePushResult is the pushed image.
+type TemplatePushResult struct {
+	Image  string `json:"image"`
+	Digest string `json:"digest"` // the manifest's, sha256:…
+	// BuildID is the build that was pushed ("" for a built-in).
+	BuildID string `json:"build_id,omitempty"`
+}
+
 // TemplateTagRequest points a tag at a build (PUT
 // /v1/templates/{name}/tags/{tag}).
 type TemplateTagRequest struct {

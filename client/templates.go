@@ -234,3 +234,14 @@ func (c *Client) SetTemplatePublic(ctx context.Context, name string, public bool
 	}
 	return &t, nil
 }
+
+// PushTemplate pushes the build ref ("name" or "name:tag") means to the
+// caller to a registry as an OCI image (req.Image); it returns when the
+// push is done.
+func (c *Client) PushTemplate(ctx context.Context, ref string, req api.TemplatePushRequest) (*api.TemplatePushResult, error) {
+	var out api.TemplatePushResult
+	if err := c.call(ctx, http.MethodPost, templatePath(ref, "push"), nil, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -56,6 +56,7 @@ func (r *remote) template(ctx context.Context, cfg config.Config, args []string)
 		"delete":  r.templateRemove,
 		"tag":     r.templateTag,
 		"untag":   r.templateUntag,
+		"push":    r.templatePush,
 		"publish": func(ctx context.Context, args []string) error { return r.templatePublish(ctx, "publish", true, args) },
 		"unpublish": func(ctx context.Context, args []string) error {
 			return r.templatePublish(ctx, "unpublish", false, args)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -63,6 +64,19 @@ Removes a tag; the build stays as long as another tag or a sandbox uses it.
 
 Example:
   kiln template untag web:v1
+`
+
+const templatePushUsage = `Usage: kiln template push REF IMAGE [--registry-user USER] [--json]
+
+Pushes the template's build (REF: name or name:tag) to a registry as an
+OCI image: its layers, and its env, user, working directory and start
+command as the image's config. Docker, other OCI tools and other Kiln
+servers (FROM IMAGE, --from-image) can then pull it. The server makes the
+push; the password is read from KILN_REGISTRY_PASSWORD (never a flag).
+
+Examples:
+  kiln template push web:v1 registry.example.com/team/web:v1
+  KILN_REGISTRY_PASSWORD=… kiln template push web registry.example.com/team/web --registry-user ci
 `
 
 const templatePublishUsage = `Usage: kiln template publish NAME
@@ -257,6 +271,28 @@ func (r *remote) templateUntag(ctx context.Context, args []string) error {
 	if !*c.json {
 		fmt.Fprintf(r.stdout, "%s:%s\n", name, tag)
 	}
+	return nil
+}
+
+func (r *remote) templatePush(ctx context.Context, args []string) error {
+	c := r.command("template push", templatePushUsage)
+	user := c.fs.String("registry-user", "", "log in to the registry as `USER`; the password is read from KILN_REGISTRY_PASSWORD")
+	pos, err := c.parse(args, 2, 2)
+	if err != nil {
+		return err
+	}
+	req := api.TemplatePushRequest{Image: pos[1]}
+	if pass := os.Getenv("KILN_REGISTRY_PASSWORD"); *user != "" || pass != "" {
+		req.Registry = &api.RegistryAuth{Username: *user, Password: pass}
+	}
+	res, err := r.c.PushTemplate(ctx, pos[0], req)
+	if err != nil {
+		return err
+	}
+	if *c.json {
+		return r.printJSON(res)
+	}
+	fmt.Fprintf(r.stdout, "%s@%s\n", res.Image, res.Digest)
 	return nil
 }
 

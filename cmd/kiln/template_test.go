@@ -206,6 +206,8 @@ func TestTemplateManage(t *testing.T) {
 			json.NewEncoder(w).Encode(api.Template{Name: "web", Tag: "stable", BuildID: "tb1"})
 		case req.Method == "PATCH" && req.URL.Path == "/v1/templates/web":
 			json.NewEncoder(w).Encode(api.Template{Name: "web", Tag: "default", Public: true})
+		case req.Method == "POST" && req.URL.Path == "/v1/templates/web:v1/push":
+			json.NewEncoder(w).Encode(api.TemplatePushResult{Image: "reg.example/team/web:v1", Digest: "sha256:abc", BuildID: "tb1"})
 		case req.Method == "DELETE":
 			w.WriteHeader(204)
 		case req.URL.Path == "/v1/templates/builds":
@@ -231,6 +233,9 @@ func TestTemplateManage(t *testing.T) {
 		{[]string{"tag", "web:stable", "tb1"}, "web:stable -> tb1\n", 0, `PUT /v1/templates/web/tags/stable {"build_id":"tb1"}`},
 		{[]string{"untag", "web:stable"}, "web:stable\n", 0, "DELETE /v1/templates/web/tags/stable "},
 		{[]string{"publish", "web"}, "web public: yes\n", 0, `PATCH /v1/templates/web {"public":true}`},
+		{[]string{"push", "web:v1", "reg.example/team/web:v1", "--registry-user", "ci"}, "reg.example/team/web:v1@sha256:abc\n", 0,
+			`POST /v1/templates/web:v1/push {"image":"reg.example/team/web:v1","registry":{"username":"ci","password":""}}`},
+		{[]string{"push", "web:v1"}, "", 2, `POST /v1/templates/web:v1/push {"image":"reg.example/team/web:v1","registry":{"username":"ci","password":""}}`},
 		{[]string{"rm", "web:v1", "web"}, "web:v1\nweb\n", 0, "DELETE /v1/templates/web "},
 		{[]string{"builds", "web", "--limit", "5"}, "ID   TEMPLATE     STATUS  STEPS  CACHED  AGE  TOOK\ntb1  web:default  ready   3      2       3m   4.2s\n", 0,
 			"GET /v1/templates/builds?limit=5&template=web "},

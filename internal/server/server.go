@@ -201,6 +201,7 @@ func (s *Server) register() {
 	s.route("GET /v1/templates", s.listTemplates, 0)
 	s.route("GET /v1/templates/{ref}", s.getTemplate, 0)
 	s.route("DELETE /v1/templates/{ref}", s.deleteTemplate, 0)
+	s.route("POST /v1/templates/{ref}/push", s.pushTemplate, 0)
 	s.route("PATCH /v1/templates/{name}", s.setTemplatePublic, 0)
 	s.route("PUT /v1/templates/{name}/tags/{tag}", s.tagTemplate, 0)
 	s.route("DELETE /v1/templates/{name}/tags/{tag}", s.untagTemplate, 0)
