@@ -157,7 +157,7 @@ func TestRoutes(t *testing.T) {
 		"GET /v1/tools", "POST /v1/sandboxes/{id}/tools/{name}", "POST /mcp", "GET /mcp", "DELETE /mcp",
 		"HEAD /v1/templates/files/{hash}", "PUT /v1/templates/files/{hash}", "POST /v1/templates/builds",
 		"GET /v1/templates/builds", "GET /v1/templates/builds/{id}", "GET /v1/templates/builds/{id}/logs",
-		"GET /v1/templates", "GET /v1/templates/{ref}", "DELETE /v1/templates/{ref}", "PATCH /v1/templates/{name}",
+		"GET /v1/templates", "GET /v1/templates/{ref}", "DELETE /v1/templates/{ref}", "POST /v1/templates/{ref}/push", "PATCH /v1/templates/{name}",
 		"PUT /v1/templates/{name}/tags/{tag}", "DELETE /v1/templates/{name}/tags/{tag}",
 		"POST /v1/volumes", "GET /v1/volumes", "GET /v1/volumes/{id}", "DELETE /v1/volumes/{id}",
 		"GET /v1/node",
@@ -166,7 +166,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 63 {
+	if len(routes) != 64 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }
