@@ -60,7 +60,8 @@ func (s *split) dist() Split {
 // stockKernel undoes what the agent's Python kernel startup changes in
 // ipykernel's messaging (OutStream flushing, the status busy and
 // execute_input broadcasts, IOPub sends from the main thread, the sleep
-// before each reply), in the kernel it runs in.
+// before each reply, the reply carried in the status idle), in the kernel
+// it runs in.
 const stockKernel = `def _kiln_stock():
     from IPython import get_ipython
     from ipykernel.iostream import OutStream
@@ -75,6 +76,7 @@ const stockKernel = `def _kiln_stock():
     kernel.iopub_thread.__dict__.pop("schedule", None)
     kernel.iopub_thread.__dict__.pop("send_multipart", None)
     kernel._execute_sleep = 0.0005
+    kernel.session.__dict__.pop("send", None)
 _kiln_stock()
 del _kiln_stock`
 
@@ -201,6 +203,7 @@ func (rs CodeResults) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "*Alternating*: `1+1` in the first context and in a second one of the same sandbox whose kernel had Kiln's messaging changes undone (stock ipykernel messaging), in turn, both kernels running; "+
 		"the stock one is this run's before. Kiln's kernel startup "+
 		"makes a flush of stdout/stderr with nothing unsent free, drops the status busy and execute_input messages the agent ignores, "+
-		"sends IOPub messages from the main thread when nothing is queued for ipykernel's IOPub thread and skips ipykernel's 0.5 ms sleep before each reply: "+
+		"sends IOPub messages from the main thread when nothing is queued for ipykernel's IOPub thread, skips ipykernel's 0.5 ms sleep before each reply "+
+		"and puts what the agent reads of the reply in the status idle (the agent ends on it): "+
 		"27 wake-ups of the IOPub thread around a `1+1` become none.\n")
 }

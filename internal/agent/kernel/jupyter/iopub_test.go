@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -109,5 +110,60 @@ func TestPythonOutputBeforeIdle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The status idle that ends an execution carries what the agent reads of
+// its execute_reply (_kiln_reply_in_idle), the same as the reply that
+// still follows, so the agent ends on the idle; for a result, an
+// exception, and an execution that only the reply says failed.
+func TestPythonReplyInIdle(t *testing.T) {
+	k := startPython(t)
+	in := k.cur
+	tests := []struct{ name, code, status string }{
+		{"result", "1+1", "ok"},
+		{"exception", "1/0", "error"},
+		{"print", "print('x')", "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := in.send(in.shell, "execute_request", executeRequest{Code: tt.code, StoreHistory: true, UserExpressions: map[string]any{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inIdle, reply json.RawMessage
+			timeout := time.After(30 * time.Second)
+			for inIdle == nil || reply == nil {
+				select {
+				case m := <-in.msgs:
+					if m.Parent.MsgID != id {
+						continue
+					}
+					switch r := replyContent(m); {
+					case r == nil:
+					case m.Header.MsgType == "execute_reply":
+						reply = r
+					default:
+						inIdle = r
+					}
+				case <-timeout:
+					t.Fatalf("no idle with a reply (%s) or no reply (%s)", inIdle, reply)
+				}
+			}
+			var a, b executeReply
+			if err := json.Unmarshal(inIdle, &a); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(reply, &b); err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != tt.status || a.Status != b.Status || a.ExecutionCount != b.ExecutionCount || a.EName != b.EName || a.ExecutionCount == 0 {
+				t.Errorf("reply in the idle %+v, the reply %+v, want status %s", a, b, tt.status)
+			}
+		})
+	}
+	// Through Execute: the count and the error come from the idle.
+	if o := run(t, k, "1/0", nil, 0); len(o.errs) != 1 || o.errs[0].Name != "ZeroDivisionError" || o.count == 0 {
+		t.Fatalf("1/0: %+v", o)
 	}
 }

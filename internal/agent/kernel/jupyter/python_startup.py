@@ -488,9 +488,56 @@ def _kiln_direct_iopub():
         kernel._execute_sleep = 0
 
 
-for _kiln_f in (_kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub):
+def _kiln_reply_in_idle():
+    """The agent ends an execution when it has both the execute_reply
+    (shell socket) and the status idle (IOPub socket, after all of the
+    cell's output). ipykernel sends the reply first but through a
+    ZMQStream that queues it for a later turn of the event loop, so under
+    gVisor it reached the agent ~0.5 ms after the idle. Here the status
+    idle that ends an execute_request carries what the agent reads of the
+    reply (status, execution count, error) as "kiln_execute_reply", and
+    the agent ends on it; the reply itself is still sent as before. Only
+    ipykernel 6, whose Kernel._publish_status this replaces for that one
+    message.
+    """
+    import ipykernel
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    if ipykernel.version_info[0] != 6 or kernel is None:
+        return
+    session = getattr(kernel, "session", None)
+    if session is None or "send" in session.__dict__:
+        return
+    if not all(hasattr(kernel, a) for a in ("_publish_status", "_topic", "get_parent", "iopub_socket")):
+        return
+    send, publish_status = session.send, kernel._publish_status
+    last = {}  # the last execute_reply: the request's msg_id and what the agent reads
+
+    def remembering_send(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
+        msg = send(stream, msg_or_type, content, parent, *args, **kwargs)
+        if msg_or_type == "execute_reply" and isinstance(msg, dict) and isinstance(parent, dict):
+            c = msg.get("content") or {}
+            last["id"] = parent.get("header", {}).get("msg_id")
+            last["reply"] = {k: c[k] for k in ("status", "execution_count", "ename", "evalue", "traceback") if k in c}
+        return msg
+
+    def status(state, channel, parent=None):
+        if state == "idle" and channel == "shell":
+            parent = parent or kernel.get_parent(channel)
+            reply, request = last.pop("reply", None), last.pop("id", None)
+            if reply is not None and isinstance(parent, dict) and request == parent.get("header", {}).get("msg_id"):
+                send(kernel.iopub_socket, "status", {"execution_state": "idle", "kiln_execute_reply": reply},
+                     parent=parent, ident=kernel._topic("status"))
+                return
+        publish_status(state, channel, parent)
+
+    session.send, kernel._publish_status = remembering_send, status
+
+
+for _kiln_f in (_kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub, _kiln_reply_in_idle):
     try:
         _kiln_f()
     except Exception:  # a kernel without IPython's display machinery
         pass
-del _kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub, _kiln_f
+del _kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub, _kiln_reply_in_idle, _kiln_f
