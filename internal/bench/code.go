@@ -24,11 +24,44 @@ type CodeResult struct {
 	// with the stock one (both kernels running, as for the stock one).
 	OnePlusOneStock  Dist `json:"one_plus_one_stock"`
 	OnePlusOnePaired Dist `json:"one_plus_one_paired"`
+	// Split is where the first context's warm `1+1`s spent their time.
+	Split Split `json:"one_plus_one_split"`
+}
+
+// Split divides a warm `1+1` by the agent's event times (its clock is the
+// host's under both runtimes): the call until the agent sends the result
+// (host → agent, the kernel's run up to its execute_result), the result
+// event's trip to the host, the agent's wait after the result (the
+// kernel's reply and status idle), and the done event's trip back.
+type Split struct {
+	ToResult     Dist `json:"to_result"`
+	ResultToHost Dist `json:"result_to_host"`
+	ResultToDone Dist `json:"result_to_done"`
+	DoneToReturn Dist `json:"done_to_return"`
+}
+
+// split collects the samples of a Split.
+type split struct{ toResult, resultToHost, resultToDone, doneToReturn []time.Duration }
+
+// add records one execution: started when it was called, the result and
+// done events' times (the agent's clock), the result's arrival on the host
+// and the call's return.
+func (s *split) add(started, result, arrived, done, returned time.Time) {
+	s.toResult = append(s.toResult, result.Sub(started))
+	s.resultToHost = append(s.resultToHost, arrived.Sub(result))
+	s.resultToDone = append(s.resultToDone, done.Sub(result))
+	s.doneToReturn = append(s.doneToReturn, returned.Sub(done))
+}
+
+func (s *split) dist() Split {
+	return Split{dist(s.toResult), dist(s.resultToHost), dist(s.resultToDone), dist(s.doneToReturn)}
 }
 
 // stockKernel undoes what the agent's Python kernel startup changes in
 // ipykernel's messaging (OutStream flushing, the status busy and
-// execute_input broadcasts), in the kernel it runs in.
+// execute_input broadcasts, IOPub sends from the main thread, the sleep
+// before each reply, the reply carried in the status idle), in the kernel
+// it runs in.
 const stockKernel = `def _kiln_stock():
     from IPython import get_ipython
     from ipykernel.iostream import OutStream
@@ -40,6 +73,10 @@ const stockKernel = `def _kiln_stock():
     kernel = get_ipython().kernel
     kernel.__dict__.pop("_publish_status", None)
     kernel.__dict__.pop("_publish_execute_input", None)
+    kernel.iopub_thread.__dict__.pop("schedule", None)
+    kernel.iopub_thread.__dict__.pop("send_multipart", None)
+    kernel._execute_sleep = 0.0005
+    kernel.session.__dict__.pop("send", None)
 _kiln_stock()
 del _kiln_stock`
 
@@ -65,14 +102,25 @@ func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, pro
 			return nil, err
 		}
 		contextID := ""
+		var sp *split // where run records the split, when set
 		run := func(code string) error {
 			var failed *api.ExecutionError
+			var result, arrived, done time.Time
+			started := time.Now()
 			_, err := a.Execute(ctx, wire.ExecuteParams{ContextID: contextID, Language: "python", Code: code, TimeoutMs: 120_000}, func(ev api.Event) error {
-				if ev.ExecutionError != nil {
+				switch {
+				case ev.ExecutionError != nil:
 					failed = ev.ExecutionError
+				case ev.Type == api.EventResult:
+					result, arrived = ev.Time, time.Now()
+				case ev.Type == api.EventDone:
+					done = ev.Time
 				}
 				return nil
 			})
+			if sp != nil && !result.IsZero() && !done.IsZero() {
+				sp.add(started, result, arrived, done, time.Now())
+			}
 			if err == nil && failed != nil {
 				err = fmt.Errorf("%s: %s", failed.Name, failed.Value)
 			}
@@ -107,11 +155,12 @@ func Code(ctx context.Context, m *sandbox.Manager, runtimes []string, n int, pro
 			}
 			return ds, nil
 		}
+		sp = &split{}
 		ds, err := onePlusOne("")
 		if err != nil {
 			return nil, err
 		}
-		r.OnePlusOne = ds[0]
+		r.OnePlusOne, r.Split, sp = ds[0], sp.dist(), nil
 		c, err := a.CreateContext(ctx, wire.ContextParams{Language: "python"})
 		if err != nil {
 			return nil, err
@@ -144,9 +193,17 @@ func (rs CodeResults) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Runtime, ms(r.FirstResult), ms(r.Import), ms(r.OnePlusOne.P50), ms(r.OnePlusOne.P99), target,
 			ms(r.OnePlusOnePaired.P50), ms(r.OnePlusOnePaired.P99), ms(r.OnePlusOneStock.P50), ms(r.OnePlusOneStock.P99))
 	}
+	for _, r := range rs {
+		s := r.Split
+		fmt.Fprintf(w, "\nWhere a warm `1+1` goes on %s (p50, by the agent's event times): call → the agent sends the result %s (host → agent, the kernel up to its execute_result), "+
+			"the result event → host %s, the agent's wait for the kernel's reply and idle %s, done event → the call returns %s.\n",
+			r.Runtime, ms(s.ToResult.P50), ms(s.ResultToHost.P50), ms(s.ResultToDone.P50), ms(s.DoneToReturn.P50))
+	}
 	fmt.Fprintf(w, "\nCold starts pay for starting ipykernel (and the imports) in the sandbox; warm templates and pools (snapshots issue) are meant to remove that.\n")
 	fmt.Fprintf(w, "*Alternating*: `1+1` in the first context and in a second one of the same sandbox whose kernel had Kiln's messaging changes undone (stock ipykernel messaging), in turn, both kernels running; "+
 		"the stock one is this run's before. Kiln's kernel startup "+
-		"makes a flush of stdout/stderr with nothing unsent free and drops the status busy and execute_input messages the agent ignores: "+
-		"27 wake-ups of ipykernel's IOPub thread around a `1+1` become 3.\n")
+		"makes a flush of stdout/stderr with nothing unsent free, drops the status busy and execute_input messages the agent ignores, "+
+		"sends IOPub messages from the main thread when nothing is queued for ipykernel's IOPub thread, skips ipykernel's 0.5 ms sleep before each reply "+
+		"and puts what the agent reads of the reply in the status idle (the agent ends on it): "+
+		"27 wake-ups of the IOPub thread around a `1+1` become none.\n")
 }

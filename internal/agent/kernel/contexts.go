@@ -125,6 +125,21 @@ func (c *Contexts) Create(ctx context.Context, language string, o Options) (api.
 	return e.info, nil
 }
 
+// Made returns the language's default context if it has been registered,
+// so that a caller can skip preparing the options only a new one needs.
+func (c *Contexts) Made(language string) (api.Context, bool) {
+	l, err := Canonical(language)
+	if err != nil {
+		return api.Context{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.defaults[l]; e != nil {
+		return e.info, true
+	}
+	return api.Context{}, false
+}
+
 // Default returns the language's default context, registering it on
 // first use; its kernel starts with its first execution.
 func (c *Contexts) Default(language string, o Options) (api.Context, error) {

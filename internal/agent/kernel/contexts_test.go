@@ -139,6 +139,9 @@ func TestContexts(t *testing.T) {
 		}
 	})
 	t.Run("default context", func(t *testing.T) {
+		if m, ok := c.Made("python"); ok {
+			t.Fatalf("a default context before any: %+v", m)
+		}
 		d1, err := c.Default("python3", o)
 		if err != nil {
 			t.Fatal(err)
@@ -146,6 +149,9 @@ func TestContexts(t *testing.T) {
 		d2, _ := c.Default("py", o)
 		if d1.ID != d2.ID {
 			t.Fatalf("two default contexts %s %s", d1.ID, d2.ID)
+		}
+		if m, ok := c.Made("py"); !ok || m.ID != d1.ID {
+			t.Fatalf("made default context %+v %v, want %s", m, ok, d1.ID)
 		}
 		if out, _, err := execute(t, c, d1.ID, "print(1)", 0); out != "1\n" {
 			t.Fatalf("%q %v", out, err)

@@ -55,6 +55,11 @@ type errorContent struct {
 
 type statusContent struct {
 	State string `json:"execution_state"`
+	// Reply is the execute_reply's content that Kiln's Python kernel
+	// puts in the status idle that ends an execution
+	// (python_startup.py, _kiln_reply_in_idle), so the agent need not
+	// wait for the reply itself, which comes later.
+	Reply json.RawMessage `json:"kiln_execute_reply"`
 }
 
 // Execute runs code and emits its stream output, rich results and error
@@ -138,7 +143,8 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 			if m.Parent.MsgID != id {
 				continue // from an earlier request
 			}
-			if m.Header.MsgType == "execute_reply" {
+			reply := replyContent(m)
+			if reply != nil {
 				replied = true
 			}
 			if m.Oversize {
@@ -150,8 +156,8 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 				continue
 			}
 			ev, c, isIdle := translate(m)
-			if m.Header.MsgType == "execute_reply" {
-				replyErr = replyError(m)
+			if reply != nil && replyErr == nil {
+				replyErr = replyError(reply)
 			}
 			if ev != nil {
 				sawError = sawError || ev.Type == api.EventExecutionError
@@ -185,12 +191,27 @@ func (k *Kernel) follow(ctx context.Context, in *instance, id string, emit func(
 	return count, stopErr
 }
 
+// replyContent is the content of m if it is an execute_reply, or of the
+// reply that a status idle carries; nil otherwise.
+func replyContent(m message) json.RawMessage {
+	switch m.Header.MsgType {
+	case "execute_reply":
+		return m.Content
+	case "status":
+		var c statusContent
+		if json.Unmarshal(m.Content, &c) == nil && c.State == "idle" && len(c.Reply) > 0 {
+			return c.Reply
+		}
+	}
+	return nil
+}
+
 // replyError is the error of an execute_reply whose status is error, for
 // the cases where ipykernel sends no error message (an interrupt that
 // lands outside the cell's own exception handling, for one).
-func replyError(m message) *api.Event {
+func replyError(content json.RawMessage) *api.Event {
 	var c executeReply
-	if json.Unmarshal(m.Content, &c) != nil || c.Status != "error" {
+	if json.Unmarshal(content, &c) != nil || c.Status != "error" {
 		return nil
 	}
 	return &api.Event{Type: api.EventExecutionError, ExecutionError: &api.ExecutionError{
@@ -287,7 +308,11 @@ func translate(m message) (ev *api.Event, count int, idle bool) {
 	case "status":
 		var c statusContent
 		_ = json.Unmarshal(m.Content, &c)
-		return nil, 0, c.State == "idle"
+		var r executeReply
+		if len(c.Reply) > 0 {
+			_ = json.Unmarshal(c.Reply, &r)
+		}
+		return nil, r.ExecutionCount, c.State == "idle"
 	}
 	return nil, 0, false
 }

@@ -1,44 +1,88 @@
 package jupyter
 
 import (
-	"strconv"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
 )
 
-// A `1+1` wakes the kernel's IOPub thread only for the two messages the
-// agent reads, its result and the status idle (python_startup.py): a
-// flush of stdout/stderr with nothing unsent does not wake it
-// (_kiln_fast_flush), status busy and execute_input are not published
-// (_kiln_quiet_iopub). Stock ipykernel 6 woke it 27 times around a
-// `1+1`; under gVisor each wake-up is dear.
+// A `1+1` does not wake the kernel's IOPub thread at all
+// (python_startup.py): a flush of stdout/stderr with nothing unsent does
+// not wake it (_kiln_fast_flush), status busy and execute_input are not
+// published (_kiln_quiet_iopub), and the result and the status idle are
+// sent by the main thread itself (_kiln_direct_iopub). Stock ipykernel 6
+// woke it 27 times around a `1+1`; under gVisor each wake-up is dear.
 func TestPythonIOPubWakeups(t *testing.T) {
 	k := startPython(t)
-	if o := run(t, k, `import sys
-_kiln_n = [0]
-def _kiln_count(f, orig=sys.stdout.pub_thread.schedule):
-    _kiln_n[0] += 1
-    return orig(f)
-sys.stdout.pub_thread.schedule = _kiln_count`, nil, 0); o.err != nil || len(o.errs) > 0 {
-		t.Fatalf("counting: %v %v", o.err, o.errs)
-	}
 	for range 3 {
-		if o := run(t, k, "_kiln_n[0] = 0", nil, 0); o.err != nil {
-			t.Fatal(o.err)
+		if o := run(t, k, "import sys; _kiln_c0 = dict(sys.stdout.pub_thread._kiln_counts)", nil, 0); o.err != nil || len(o.errs) > 0 {
+			t.Fatalf("counting: %v %v", o.err, o.errs)
 		}
 		if o := run(t, k, "1+1", nil, 0); o.main() != "2" {
 			t.Fatalf("1+1: %+v", o)
 		}
-		// The count read here also has the resetting cell's idle:
-		// 2 + 1 (stock ipykernel: 27).
-		o := run(t, k, "print(_kiln_n[0])", nil, 0)
-		n, err := strconv.Atoi(strings.TrimSpace(o.stdout))
-		if err != nil {
-			t.Fatalf("count: %q %v", o.stdout, o.err)
+		// The counts read here also have the counting cell's idle: the
+		// result and two idles went direct.
+		o := run(t, k, `_kiln_c1 = sys.stdout.pub_thread._kiln_counts
+print(_kiln_c1["queued"] - _kiln_c0["queued"], _kiln_c1["direct"] - _kiln_c0["direct"])`, nil, 0)
+		var queued, direct int
+		if _, err := fmt.Sscan(o.stdout, &queued, &direct); err != nil {
+			t.Fatalf("counts: %q %v %v", o.stdout, o.err, err)
 		}
-		if n > 3 {
-			t.Errorf("1+1 woke the IOPub thread %d times (counted with the idle of the cell before it), want at most 3", n)
+		if queued != 0 || direct != 3 {
+			t.Errorf("1+1 queued %d events for the IOPub thread and sent %d messages direct (with the idle of the cell before it), want 0 and 3", queued, direct)
 		}
+	}
+}
+
+// With IOPub messages sent by whichever thread makes them, a cell's
+// events still arrive in the order the cell made them: stream text
+// before a display that follows it, a display from a thread, text
+// printed by a thread while the main thread displays.
+func TestPythonEventOrder(t *testing.T) {
+	k := startPython(t)
+	tests := []struct {
+		name, code string
+		want       []string
+	}{
+		{"print, display, print", "from IPython.display import display\nprint('a')\ndisplay('b')\nprint('c', end='')\n'd'",
+			[]string{"stdout a\n", "result 'b'", "stdout c", "result 'd'"}},
+		{"display from a thread", "import threading\nfrom IPython.display import display\n" +
+			"t = threading.Thread(target=lambda: (print('t'), display('u')))\nt.start(); t.join()\nprint('v')",
+			[]string{"stdout t\n", "result 'u'", "stdout v\n"}},
+		{"stderr, then a result", "import sys\nsys.stderr.write('e')\n42", []string{"stderr e", "result 42"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 5 {
+				var got []string
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				_, err := k.Execute(ctx, tt.code, nil, func(ev api.Event) error {
+					switch ev.Type {
+					case api.EventStdout, api.EventStderr:
+						// Text may come in pieces: join a piece to the one before it.
+						if n := len(got); n > 0 && strings.HasPrefix(got[n-1], string(ev.Type)+" ") {
+							got[n-1] += string(ev.Data)
+							return nil
+						}
+						got = append(got, string(ev.Type)+" "+string(ev.Data))
+					case api.EventResult:
+						got = append(got, "result "+ev.Result.Data["text/plain"])
+					}
+					return nil
+				})
+				cancel()
+				if err != nil || !slices.Equal(got, tt.want) {
+					t.Fatalf("events %q (err %v), want %q", got, err, tt.want)
+				}
+			}
+		})
 	}
 }
 
@@ -66,5 +110,60 @@ func TestPythonOutputBeforeIdle(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The status idle that ends an execution carries what the agent reads of
+// its execute_reply (_kiln_reply_in_idle), the same as the reply that
+// still follows, so the agent ends on the idle; for a result, an
+// exception, and an execution that only the reply says failed.
+func TestPythonReplyInIdle(t *testing.T) {
+	k := startPython(t)
+	in := k.cur
+	tests := []struct{ name, code, status string }{
+		{"result", "1+1", "ok"},
+		{"exception", "1/0", "error"},
+		{"print", "print('x')", "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, err := in.send(in.shell, "execute_request", executeRequest{Code: tt.code, StoreHistory: true, UserExpressions: map[string]any{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var inIdle, reply json.RawMessage
+			timeout := time.After(30 * time.Second)
+			for inIdle == nil || reply == nil {
+				select {
+				case m := <-in.msgs:
+					if m.Parent.MsgID != id {
+						continue
+					}
+					switch r := replyContent(m); {
+					case r == nil:
+					case m.Header.MsgType == "execute_reply":
+						reply = r
+					default:
+						inIdle = r
+					}
+				case <-timeout:
+					t.Fatalf("no idle with a reply (%s) or no reply (%s)", inIdle, reply)
+				}
+			}
+			var a, b executeReply
+			if err := json.Unmarshal(inIdle, &a); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(reply, &b); err != nil {
+				t.Fatal(err)
+			}
+			if a.Status != tt.status || a.Status != b.Status || a.ExecutionCount != b.ExecutionCount || a.EName != b.EName || a.ExecutionCount == 0 {
+				t.Errorf("reply in the idle %+v, the reply %+v, want status %s", a, b, tt.status)
+			}
+		})
+	}
+	// Through Execute: the count and the error come from the idle.
+	if o := run(t, k, "1/0", nil, 0); len(o.errs) != 1 || o.errs[0].Name != "ZeroDivisionError" || o.count == 0 {
+		t.Fatalf("1/0: %+v", o)
 	}
 }

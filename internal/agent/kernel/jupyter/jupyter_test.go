@@ -277,24 +277,6 @@ func TestR(t *testing.T) {
 	}
 }
 
-func BenchmarkPythonRoundTrip(b *testing.B) {
-	if exec.Command(testPython, "-c", "import ipykernel").Run() != nil {
-		b.Skip("no ipykernel")
-	}
-	k, err := Start(context.Background(), PythonSpec(testPython), kernel.Options{Cwd: b.TempDir(),
-		Env: []string{"PATH=/usr/bin:/bin", "HOME=" + b.TempDir()}, UID: uint32(os.Getuid()), GID: uint32(os.Getgid())})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer k.Close()
-	ctx := context.Background()
-	for b.Loop() {
-		if _, err := k.Execute(ctx, "1+1", nil, func(api.Event) error { return nil }); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // A kernel that cannot start fails its Start with the reason and leaves
 // nothing behind; it used to panic (stopping a nil instance), which as
 // the agent's call killed the sandbox. Each case fails at another step.

@@ -34,6 +34,10 @@ type message struct {
 	Header  header
 	Parent  header
 	Content json.RawMessage
+	// Metadata stays raw: only timing measurements read it.
+	Metadata json.RawMessage
+	// Received is when the agent decoded the message.
+	Received time.Time
 	// Oversize marks a message cut in transit because it exceeded the
 	// size limit (see limitConn): it is unverified, and its content is a
 	// prefix of the original.
@@ -106,7 +110,7 @@ func (s signer) decode(frames [][]byte) (message, error) {
 	if err := json.Unmarshal(p, &m.Parent); err != nil {
 		return message{}, fmt.Errorf("decoding parent header: %w", err)
 	}
-	m.Content = content
+	m.Content, m.Metadata, m.Received = content, meta, time.Now()
 	return m, nil
 }
 

@@ -8,10 +8,11 @@
 #              without float noise)
 # and makes PIL's Image.show() display the image (a PNG result).
 #
-# It also makes a flush of stdout/stderr with nothing unsent free and
-# leaves out the IOPub messages the agent does not read (see
-# _kiln_fast_flush and _kiln_quiet_iopub): fewer wake-ups of the kernel's
-# threads, which are dear under gVisor.
+# It also makes a flush of stdout/stderr with nothing unsent free, leaves
+# out the IOPub messages the agent does not read, and sends IOPub messages
+# from the main thread itself when nothing is queued for the IOPub thread
+# (see _kiln_fast_flush, _kiln_quiet_iopub and _kiln_direct_iopub): fewer
+# wake-ups of the kernel's threads, which are dear under gVisor.
 # Neither formatter imports pandas or matplotlib: they are registered by name and
 # used only once the user's code has made such an object. Everything is
 # defined inside one function, so the user's namespace stays clean.
@@ -416,9 +417,127 @@ def _kiln_quiet_iopub():
     kernel._publish_execute_input = lambda code, parent, execution_count: None
 
 
-for _kiln_f in (_kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub):
+def _kiln_direct_iopub():
+    """ipykernel hands every IOPub message to its IOPub thread (a queue and
+    a wake-up through a zmq event pipe), which then hands it to libzmq's
+    I/O thread: two cross-thread wake-ups per message, each dear under
+    gVisor. Here a thread other than the IOPub thread sends a message on
+    the IOPub socket itself when nothing is queued for the IOPub thread,
+    so a `1+1`'s result and status idle skip that thread.
+
+    One re-entrant lock guards the socket and a count of the events
+    queued for the IOPub thread (sends, flushes, anything scheduled there):
+    the thread runs each event holding it, and a direct send happens only
+    under it with the count at zero. So a direct send never overtakes
+    anything queued before it (the text of a stream that a flush queued,
+    for one), and the socket is never used by two threads at once (the
+    thread's own sends run inside its events). Only sends go direct;
+    everything else still runs on the IOPub thread. Only ipykernel 6,
+    whose IOPubThread this was read against.
+    """
+    import threading
+
+    import ipykernel
+    from ipykernel.iostream import IOPubThread
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    if ipykernel.version_info[0] != 6 or kernel is None:
+        return
+    pub = getattr(kernel, "iopub_thread", None)
+    if not isinstance(pub, IOPubThread) or "schedule" in pub.__dict__:
+        return
+    if not all(hasattr(pub, a) for a in ("thread", "schedule", "_really_send")):
+        return
+    schedule, really_send = pub.schedule, pub._really_send
+    lock = threading.RLock()
+    queued = [0]
+    pub._kiln_counts = counts = {"queued": 0, "direct": 0}  # tests read these
+
+    def counted_schedule(f):
+        if not pub.thread.is_alive():  # not started, stopped, or a forked child
+            return f()
+
+        def event():
+            with lock:
+                try:
+                    f()
+                finally:
+                    queued[0] -= 1
+
+        with lock:
+            queued[0] += 1
+            counts["queued"] += 1
+            schedule(event)
+
+    def send_multipart(*args, **kwargs):
+        thread = pub.thread
+        if thread.is_alive() and threading.current_thread() is not thread:
+            with lock:
+                if queued[0] == 0:
+                    counts["direct"] += 1
+                    return really_send(*args, **kwargs)
+        counted_schedule(lambda: really_send(*args, **kwargs))
+
+    pub.schedule, pub.send_multipart = counted_schedule, send_multipart
+    # ipykernel sleeps 0.5 ms before every execute_reply in case "the
+    # flush doesn't make it to the clients"; the agent waits for the
+    # status idle, which follows all of a cell's output on the one IOPub
+    # socket, so the sleep buys nothing here.
+    if hasattr(kernel, "_execute_sleep"):
+        kernel._execute_sleep = 0
+
+
+def _kiln_reply_in_idle():
+    """The agent ends an execution when it has both the execute_reply
+    (shell socket) and the status idle (IOPub socket, after all of the
+    cell's output). ipykernel sends the reply first but through a
+    ZMQStream that queues it for a later turn of the event loop, so under
+    gVisor it reached the agent ~0.5 ms after the idle. Here the status
+    idle that ends an execute_request carries what the agent reads of the
+    reply (status, execution count, error) as "kiln_execute_reply", and
+    the agent ends on it; the reply itself is still sent as before. Only
+    ipykernel 6, whose Kernel._publish_status this replaces for that one
+    message.
+    """
+    import ipykernel
+    from IPython import get_ipython
+
+    kernel = getattr(get_ipython(), "kernel", None)
+    if ipykernel.version_info[0] != 6 or kernel is None:
+        return
+    session = getattr(kernel, "session", None)
+    if session is None or "send" in session.__dict__:
+        return
+    if not all(hasattr(kernel, a) for a in ("_publish_status", "_topic", "get_parent", "iopub_socket")):
+        return
+    send, publish_status = session.send, kernel._publish_status
+    last = {}  # the last execute_reply: the request's msg_id and what the agent reads
+
+    def remembering_send(stream, msg_or_type, content=None, parent=None, *args, **kwargs):
+        msg = send(stream, msg_or_type, content, parent, *args, **kwargs)
+        if msg_or_type == "execute_reply" and isinstance(msg, dict) and isinstance(parent, dict):
+            c = msg.get("content") or {}
+            last["id"] = parent.get("header", {}).get("msg_id")
+            last["reply"] = {k: c[k] for k in ("status", "execution_count", "ename", "evalue", "traceback") if k in c}
+        return msg
+
+    def status(state, channel, parent=None):
+        if state == "idle" and channel == "shell":
+            parent = parent or kernel.get_parent(channel)
+            reply, request = last.pop("reply", None), last.pop("id", None)
+            if reply is not None and isinstance(parent, dict) and request == parent.get("header", {}).get("msg_id"):
+                send(kernel.iopub_socket, "status", {"execution_state": "idle", "kiln_execute_reply": reply},
+                     parent=parent, ident=kernel._topic("status"))
+                return
+        publish_status(state, channel, parent)
+
+    session.send, kernel._publish_status = remembering_send, status
+
+
+for _kiln_f in (_kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub, _kiln_reply_in_idle):
     try:
         _kiln_f()
     except Exception:  # a kernel without IPython's display machinery
         pass
-del _kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_f
+del _kiln_startup, _kiln_fast_flush, _kiln_quiet_iopub, _kiln_direct_iopub, _kiln_reply_in_idle, _kiln_f
