@@ -117,22 +117,33 @@ func (p puller) explainPush(err error) error {
 // registry's fault).
 var errLayerRead = errors.New("reading a layer")
 
-// dirTar streams the OCI layer tar of the overlay-form directory dir.
+// dirTar streams WriteLayer's tar of dir.
 func dirTar(ctx context.Context, dir string) io.ReadCloser {
 	pr, pw := io.Pipe()
 	go func() {
-		tw := tar.NewWriter(pw)
-		w := &layerWriter{tw: tw, root: dir, links: map[fileID]string{}}
-		err := w.walk(ctx, "")
-		if err == nil {
-			err = tw.Close()
-		}
+		err := WriteLayer(ctx, dir, pw)
 		if err != nil {
 			err = fmt.Errorf("%w %s: %w", errLayerRead, filepath.Base(dir), err)
 		}
 		pw.CloseWithError(err)
 	}()
 	return pr
+}
+
+// WriteLayer writes to w the OCI layer tar of dir, a directory in the
+// overlay form of the layer store and of Unpack: whiteouts (character
+// devices 0:0) become ".wh." entries and directories marked opaque get a
+// ".wh..wh..opq" entry; owners, modes, modification times, hard links
+// and xattrs (but overlayfs's own) are kept. Entries are in name order
+// and carry no access or change times, so the same directory gives the
+// same bytes.
+func WriteLayer(ctx context.Context, dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	lw := &layerWriter{tw: tw, root: dir, links: map[fileID]string{}}
+	if err := lw.walk(ctx, ""); err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 type fileID struct{ dev, ino uint64 }
