@@ -1,0 +1,112 @@
+// Package cluster is what makes several kiln serve processes one Kiln:
+// nodes register themselves in the catalog (the shared store) and
+// heartbeat; a node that falls silent is marked lost with its sandboxes;
+// fronts place creates on live nodes (best of K by free capacity, with an
+// atomic reservation so two fronts never overfill a node) and proxy every
+// per-sandbox request to the owning node with the cluster token. The
+// catalog's tables are kept by both store backends (Store);
+// docs/cluster.md describes how to run it.
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// States of a node in the catalog.
+const (
+	NodeLive = "live"
+	NodeLost = "lost"
+)
+
+// TokenHeader carries the cluster token from a front to a node.
+const TokenHeader = "Kiln-Cluster-Token"
+
+// Node is one kiln serve of role node as the catalog knows it.
+type Node struct {
+	Name  string
+	URL   string // base URL of its API, for fronts
+	State string // NodeLive or NodeLost
+	// Reason says why a lost node was marked lost.
+	Reason string
+
+	// Capacity, reported by the node.
+	CPUs        float64
+	MemoryBytes int64
+	Slots       int      // sandboxes that have not ended it takes
+	Runtimes    []string // runsc, runc: those it can run
+	Templates   []string // built-in templates it has
+
+	StartedAt   time.Time
+	HeartbeatAt time.Time // the catalog's clock
+
+	// Load, computed by Store.Nodes from the catalog's records: its
+	// sandboxes that have not ended, the placements reserved on it and
+	// not yet released or expired, and the limits its sandboxes hold.
+	Sandboxes            int
+	Reserved             int
+	AllocatedCPUs        float64
+	AllocatedMemoryBytes int64
+}
+
+// Store is the catalog's node registry, kept by both store backends
+// (internal/store/sqlite, internal/store/postgres; storetest checks them).
+// Sandbox records are sandbox.Store's; a node's sandboxes are those whose
+// record names it.
+type Store interface {
+	// Heartbeat records n as live with its capacity, its heartbeat the
+	// store's now; a node marked lost comes back live.
+	Heartbeat(ctx context.Context, n Node) error
+	// Nodes returns every registered node with its load, by name.
+	Nodes(ctx context.Context) ([]Node, error)
+	// MarkLost marks lost every live node whose last heartbeat is older
+	// than silence, with the sandboxes it held that had not ended: they
+	// become failed with a reason naming the node. It returns the nodes
+	// it marked. Concurrent callers (every front and node sweeps) never
+	// mark one node twice.
+	MarkLost(ctx context.Context, silence time.Duration) ([]Node, error)
+	// Reserve admits one more sandbox on node: atomically, if the node is
+	// live and its sandboxes that have not ended plus its unexpired
+	// reservations are fewer than its slots, it records a reservation
+	// that expires after ttl and returns its id. A full node is
+	// errdefs.ErrResourceExhausted, a lost one errdefs.ErrUnavailable, an
+	// unknown one errdefs.ErrNotFound.
+	Reserve(ctx context.Context, node string, ttl time.Duration) (string, error)
+	// Release drops a reservation (the create it admitted has its record
+	// now, or failed); releasing a missing one succeeds.
+	Release(ctx context.Context, id string) error
+}
+
+// LostReason is the reason of a node marked lost and of its sandboxes.
+func LostReason(node string, last time.Time, silence time.Duration) string {
+	return "node " + node + " lost: no heartbeat for over " + silence.String() +
+		" (last at " + last.UTC().Format(time.RFC3339) + ")"
+}
+
+// Active are the sandbox states that hold a slot on a node (every state
+// but stopped and failed).
+var Active = []string{"creating", "running", "paused", "stopping"}
+
+// NewReservationID returns a fresh, random reservation id for
+// Store.Reserve.
+func NewReservationID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return hex.EncodeToString(b)
+}
+
+// JSONLists returns n's runtimes and templates as JSON arrays ("[]" for
+// none), as both stores keep them.
+func (n Node) JSONLists() (runtimes, templates string) {
+	enc := func(l []string) string {
+		if l == nil {
+			l = []string{}
+		}
+		b, _ := json.Marshal(l) // a []string always encodes
+		return string(b)
+	}
+	return enc(n.Runtimes), enc(n.Templates)
+}
