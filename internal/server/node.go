@@ -1,17 +1,14 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	goruntime "runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/cluster"
 )
 
 // nodeInfo answers GET /v1/node: the node's runtimes, capacity and what
@@ -22,7 +19,7 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 		Network: s.m.Networking(), CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
 	}
 	var err error
-	if out.MemoryBytes, out.MemoryAvailableBytes, err = meminfo(); err != nil {
+	if out.MemoryBytes, out.MemoryAvailableBytes, err = cluster.Meminfo(); err != nil {
 		return fmt.Errorf("reading the host's memory: %w", err)
 	}
 	var st unix.Statfs_t
@@ -43,33 +40,4 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)
-}
-
-// meminfo reads the host's total and available memory.
-func meminfo() (total, avail int64, err error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, 0, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseInt(string(f[1]), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch string(f[0]) {
-		case "MemTotal:":
-			total = kb << 10
-		case "MemAvailable:":
-			avail = kb << 10
-		}
-	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("no MemTotal in /proc/meminfo")
-	}
-	return total, avail, nil
 }

@@ -1,0 +1,234 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+)
+
+// FrontOptions wire the API of a cluster front (kiln serve --role
+// front): no sandboxes of its own, records and nodes from the catalog.
+type FrontOptions struct {
+	// Records are the catalog's sandbox and snapshot records, Nodes its
+	// node registry and Keys its API keys: one shared store.
+	Records sandbox.Store
+	Nodes   cluster.Store
+	Keys    apikey.Store
+	Log     *slog.Logger
+	// Config supplies limits, quotas, the cluster token and placement's
+	// K.
+	Config  config.Config
+	Version string
+}
+
+// front is what a Server of role front has instead of a Manager.
+type front struct {
+	store sandbox.Store
+	nodes cluster.Store
+	dir   *cluster.Directory
+	proxy *cluster.Proxy
+	k     int
+}
+
+// frontRecords are the catalog's sandbox records, as a front reads them.
+type frontRecords struct{ st sandbox.Store }
+
+func (c frontRecords) Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error) {
+	return c.st.GetSandbox(ctx, id)
+}
+
+func (c frontRecords) List(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error) {
+	return c.st.ListSandboxes(ctx, f)
+}
+
+// reserveTTL bounds how long a placement's reservation holds a slot if
+// its front dies before releasing it.
+const reserveTTL = 2 * time.Minute
+
+// NewFront builds the API of a cluster front. It serves the native API:
+// lists and gets from the catalog, creates placed on a live node (best of
+// K, another node when one refuses), every other per-sandbox route
+// proxied to the sandbox's node, and the remaining routes (keys,
+// templates, volumes, snapshots, E2B's API) proxied to any live node.
+func NewFront(o FrontOptions) *Server {
+	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version})
+	s.records = frontRecords{o.Records}
+	s.front = &front{
+		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
+		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log, s.writeError),
+	}
+	s.mux, s.routes = http.NewServeMux(), nil
+	s.registerFront()
+	s.handler = s.edge.Handler(s.mux)
+	return s
+}
+
+func (s *Server) registerFront() {
+	s.route("GET /healthz", s.health, public)
+	s.route("POST /v1/sandboxes", s.frontCreate, 0)
+	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
+	s.route("GET /v1/sandboxes/{id}", s.getSandbox, 0)
+	s.route("DELETE /v1/sandboxes/{id}", s.frontSandbox, 0)
+	s.route("/v1/sandboxes/{id}/", s.frontSandbox, streamBody)
+	s.route("GET /console/", s.frontAny, public)
+	s.route("/", s.frontAny, streamBody)
+}
+
+// frontSandbox proxies a request about one sandbox to its node. A
+// sandbox that ended (killed, failed, or lost with its node) is answered
+// here: its kill succeeds, anything else is failed_precondition with its
+// reason.
+func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.lookup(r)
+	if err != nil {
+		return err
+	}
+	if sb.State.Terminal() {
+		if r.Method == http.MethodDelete && r.URL.Path == "/v1/sandboxes/"+sb.ID.String() {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		return sb.Running()
+	}
+	n, err := s.front.dir.Node(r.Context(), sb.Node)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("sandbox %s: its node %s is not in the catalog: %w", sb.ID, sb.Node, errdefs.ErrUnavailable)
+	}
+	if err != nil {
+		return err
+	}
+	if n.State != cluster.NodeLive {
+		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
+	}
+	s.front.proxy.Forward(w, r, n)
+	return nil
+}
+
+// frontAny proxies a request about no one sandbox to a live node.
+func (s *Server) frontAny(w http.ResponseWriter, r *http.Request) error {
+	ns, err := s.front.dir.Nodes(r.Context())
+	if err != nil {
+		return err
+	}
+	var live []cluster.Node
+	for _, n := range ns {
+		if n.State == cluster.NodeLive {
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		return fmt.Errorf("no live node: %w", errdefs.ErrUnavailable)
+	}
+	s.front.proxy.Forward(w, r, live[rand.IntN(len(live))])
+	return nil
+}
+
+// maxRefusalBytes bounds the body of a node's refusal kept to answer
+// with when every node refused.
+const maxRefusalBytes = 64 << 10
+
+// frontCreate validates a create as a node would, then offers it to the
+// live nodes in placement order: each is first reserved a slot in the
+// catalog (so concurrent fronts never overfill a node), then sent the
+// request; a node that refuses for capacity (429, 503) or does not
+// answer is passed over for the next. The first other answer is the
+// client's.
+func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
+	var body bytes.Buffer
+	var req api.CreateSandboxRequest
+	limited := http.MaxBytesReader(w, r.Body, maxJSONBytes)
+	if err := decodeBody(io.TeeReader(limited, &body), &req); err != nil {
+		return err
+	}
+	if _, err := io.Copy(&body, limited); err != nil {
+		return fmt.Errorf("reading the request: %w", err)
+	}
+	if _, err := s.createOptions(caller(r), req); err != nil {
+		return err
+	}
+	want := cluster.Want{Runtime: req.Runtime}
+	switch req.Runtime {
+	case "", "runsc", "runc":
+	default:
+		return invalid("runtime %q: want runsc or runc", errdefs.ClipN(req.Runtime, 32))
+	}
+	if req.Snapshot != "" {
+		// Snapshots live on the node that took them.
+		if snap, err := s.front.store.GetSnapshot(r.Context(), caller(r).ID, req.Snapshot); err == nil {
+			want.Node = snap.Node
+		}
+	}
+	nodes, err := s.front.nodes.Nodes(r.Context())
+	if err != nil {
+		return fmt.Errorf("reading the node registry: %w", err)
+	}
+	order, err := cluster.Place(nodes, want, s.front.k)
+	if err != nil {
+		return fmt.Errorf("placing the sandbox: %w", err)
+	}
+	var refusal *http.Response
+	for _, n := range order {
+		resp, err := s.offer(r, body.Bytes(), n)
+		if err != nil {
+			s.log.Info("create passed over a node", "node", n.Name, "err", err)
+			continue
+		}
+		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+			return cluster.CopyResponse(w, resp)
+		}
+		s.log.Info("create refused by a node; trying another", "node", n.Name, "status", resp.StatusCode)
+		refusal = keepRefusal(resp)
+	}
+	if refusal != nil {
+		return cluster.CopyResponse(w, refusal)
+	}
+	return fmt.Errorf("placing the sandbox: no node took it (%d tried): %w", len(order), errdefs.ErrUnavailable)
+}
+
+// offer reserves a slot on n and sends it the create; the reservation
+// is released once n answered (its record, if any, holds the slot now).
+func (s *Server) offer(r *http.Request, body []byte, n cluster.Node) (*http.Response, error) {
+	res, err := s.front.nodes.Reserve(r.Context(), n.Name, reserveTTL)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		defer cancel()
+		if err := s.front.nodes.Release(ctx, res); err != nil {
+			s.log.Warn("releasing a placement", "node", n.Name, "err", err)
+		}
+	}()
+	return s.front.proxy.Send(r.Context(), r, body, n)
+}
+
+// keepRefusal reads a bounded copy of a node's refusal and closes it.
+func keepRefusal(resp *http.Response) *http.Response {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBytes))
+	out := *resp
+	out.Header = resp.Header.Clone()
+	out.Header.Del("Content-Length")
+	out.Body = io.NopCloser(bytes.NewReader(b))
+	return &out
+}
+
+// CloseFront drops the front's idle connections to nodes.
+func (s *Server) CloseFront() {
+	if s.front != nil {
+		s.front.proxy.Close()
+	}
+}

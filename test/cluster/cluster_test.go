@@ -1,0 +1,479 @@
+// Package cluster_test runs Kiln as a cluster of real processes on this
+// machine: a PostgreSQL catalog, two fronts and three nodes, each a
+// `kiln serve` with its own data dir (sharing the built templates), and
+// checks placement, routing through either front, node loss and front
+// loss (docs/cluster.md).
+package cluster_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/servetest"
+	"github.com/kiln-sh/kiln/internal/store/postgres"
+	"github.com/kiln-sh/kiln/internal/store/postgres/pgtest"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// Timings of the test cluster: a node missing 5 heartbeats of 300 ms is
+// lost, so a killed node's sandboxes are reported lost within ~2 s.
+const (
+	heartbeat = 300 * time.Millisecond
+	lostAfter = 5
+)
+
+// proc is one kiln serve of the cluster.
+type proc struct {
+	name, url string
+	cmd       *exec.Cmd
+	log       string
+	exited    chan struct{}
+	key       chan string // the admin key, if it printed one
+}
+
+// world is the cluster: its catalog URL, token and processes.
+type world struct {
+	t       *testing.T
+	kiln    string
+	pg      string
+	token   string
+	mu      sync.Mutex
+	procs   []*proc
+	catalog *postgres.Store
+}
+
+func (w *world) start(name, role string, dataDir string) *proc {
+	t := w.t
+	t.Helper()
+	if dataDir == "" {
+		dataDir = servetest.DataDir(t)
+	}
+	addr := servetest.FreeAddr(t)
+	p := &proc{name: name, url: "http://" + addr, log: filepath.Join(t.TempDir(), name+".log"),
+		exited: make(chan struct{}), key: make(chan string, 1)}
+	p.cmd = exec.Command(w.kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	p.cmd.Env = append(os.Environ(), "KILN_ROLE="+role, "KILN_STORE="+w.pg, "KILN_CLUSTER_TOKEN="+w.token,
+		"KILN_NODE_NAME="+name, "KILN_RUNTIME=runc", "KILN_NETWORK=off",
+		"KILN_HEARTBEAT_INTERVAL="+heartbeat.String(), fmt.Sprintf("KILN_NODE_LOST_AFTER=%d", lostAfter))
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
+				p.key <- m[1]
+			}
+		}
+		_ = p.cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+	return p
+}
+
+var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
+
+// ready waits until p answers /healthz (with the token: nodes demand it).
+func (w *world) ready(p *proc) {
+	t := w.t
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", p.url+"/healthz", nil)
+		req.Header.Set(cluster.TokenHeader, w.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited:\n%s", p.name, logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s did not come up: %v\n%s", p.name, err, logs)
+		}
+	}
+}
+
+// kill9 kills p at once, as a crash would.
+func (w *world) kill9(p *proc) {
+	w.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		w.t.Fatal(err)
+	}
+	<-p.exited
+}
+
+// nodeOf is the node the catalog says runs id.
+func (w *world) nodeOf(id string) string {
+	w.t.Helper()
+	sb, err := w.catalog.GetSandbox(context.Background(), sandbox.ID(id))
+	if err != nil {
+		w.t.Fatalf("catalog record of %s: %v", id, err)
+	}
+	return sb.Node
+}
+
+// waitLive waits until the catalog lists the nodes live.
+func (w *world) waitLive(names ...string) {
+	t := w.t
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ns, err := w.catalog.Nodes(context.Background())
+		live := map[string]bool{}
+		for _, n := range ns {
+			live[n.Name] = n.State == cluster.NodeLive
+		}
+		all := err == nil
+		for _, n := range names {
+			all = all && live[n]
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v not all live in the catalog: %+v, %v", names, ns, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestCluster(t *testing.T) {
+	began := time.Now()
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	tok := make([]byte, 24)
+	_, _ = rand.Read(tok)
+	w := &world{t: t, kiln: servetest.Build(t), pg: pgtest.URL(t), token: hex.EncodeToString(tok)}
+	if w.catalog, err = postgres.Open(t.Context(), w.pg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.catalog.Close() })
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, p := range w.procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(20 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
+			if t.Failed() {
+				logs, _ := os.ReadFile(p.log)
+				t.Logf("%s log (warnings and errors):\n%s", p.name, servetest.GrepErrors(logs))
+			}
+		}
+	})
+	t.Logf("built kiln in %v", time.Since(began).Round(time.Millisecond))
+
+	// The first front makes the admin key; the others start together.
+	front1 := w.start("front-1", config.RoleFront, "")
+	w.ready(front1)
+	var key string
+	select {
+	case key = <-front1.key:
+	case <-time.After(10 * time.Second):
+		t.Fatal("front-1 printed no admin key")
+	}
+	front2 := w.start("front-2", config.RoleFront, "")
+	nodes := []*proc{w.start("node-a", config.RoleNode, ""), w.start("node-b", config.RoleNode, ""), w.start("node-c", config.RoleNode, "")}
+	for _, p := range append([]*proc{front2}, nodes...) {
+		w.ready(p)
+	}
+	w.waitLive("node-a", "node-b", "node-c")
+	t.Logf("cluster up at %v", time.Since(began).Round(time.Millisecond))
+	fronts := []*client.Client{client.New(front1.url, key), client.New(front2.url, key)}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	t.Run("node port refuses requests without the token", func(t *testing.T) {
+		for _, tok := range []string{"", "wrong-token-wrong-token-wrong-token"} {
+			req, _ := http.NewRequest("GET", nodes[0].url+"/v1/sandboxes", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			if tok != "" {
+				req.Header.Set(cluster.TokenHeader, tok)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("node without a valid token (%q): status %d, want 401", tok, resp.StatusCode)
+			}
+		}
+	})
+
+	// 12 sandboxes, 6 through each front, 4 at a time.
+	create := func(n int) []string {
+		t.Helper()
+		ids := make([]string, n)
+		errs := make([]error, n)
+		sem := make(chan struct{}, 4)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				sb, err := fronts[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc", Timeout: 600})
+				if err == nil {
+					ids[i] = sb.ID
+				}
+				errs[i] = err
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("creating sandboxes through the fronts: %v", err)
+		}
+		return ids
+	}
+	start := time.Now()
+	ids := create(12)
+	t.Logf("12 creates in %v", time.Since(start).Round(time.Millisecond))
+	spread := map[string][]string{}
+	for _, id := range ids {
+		n := w.nodeOf(id)
+		spread[n] = append(spread[n], id)
+	}
+	for _, n := range []string{"node-a", "node-b", "node-c"} {
+		if len(spread[n]) < 2 {
+			t.Errorf("node %s got %d of 12 sandboxes, want at least 2 (spread %v)", n, len(spread[n]), counts(spread))
+		}
+	}
+	t.Logf("spread: %v", counts(spread))
+
+	// use checks a command, a file round trip and (with code) a code
+	// cell on sandbox id through front f.
+	use := func(f *client.Client, id string, code bool) error {
+		out, err := f.Output(ctx, id, api.CommandRequest{Cmd: "echo hello-$KILN_SANDBOX_ID"})
+		if err != nil {
+			return fmt.Errorf("command: %w", err)
+		}
+		if strings.TrimSpace(out.Stdout) != "hello-"+id {
+			return fmt.Errorf("command said %q, want hello-%s", out.Stdout, id)
+		}
+		body := "written through a front to " + id
+		if _, err := f.WriteFile(ctx, id, "/tmp/cluster.txt", strings.NewReader(body)); err != nil {
+			return fmt.Errorf("writing a file: %w", err)
+		}
+		var got bytes.Buffer
+		if _, err := f.ReadFile(ctx, id, "/tmp/cluster.txt", &got); err != nil {
+			return fmt.Errorf("reading a file: %w", err)
+		}
+		if got.String() != body {
+			return fmt.Errorf("file read back %q, want %q", got.String(), body)
+		}
+		if !code {
+			return nil
+		}
+		res, err := f.RunCode(ctx, id, api.CodeRequest{Language: "bash", Code: "echo $((6 * 7))"}, client.CodeOptions{})
+		if err != nil {
+			return fmt.Errorf("code: %w", err)
+		}
+		if strings.TrimSpace(res.Stdout) != "42" || res.Error != nil {
+			return fmt.Errorf("code cell gave %+v, want 42", res)
+		}
+		return nil
+	}
+
+	t.Run("every sandbox through either front", func(t *testing.T) {
+		start := time.Now()
+		var wg sync.WaitGroup
+		codeOn := map[string]bool{}
+		for i, id := range ids {
+			code := !codeOn[w.nodeOf(id)] // one code cell per node
+			codeOn[w.nodeOf(id)] = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := use(fronts[(i+1)%2], id, code); err != nil {
+					t.Errorf("sandbox %s on %s: %v", id, w.nodeOf(id), err)
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("used 12 sandboxes in %v", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("a list through one front sees all", func(t *testing.T) {
+		listed := map[string]string{}
+		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed[sb.ID] = sb.State
+		}
+		for _, id := range ids {
+			if listed[id] != "running" {
+				t.Errorf("front-2's list lacks running sandbox %s (on %s)", id, w.nodeOf(id))
+			}
+		}
+	})
+
+	// kill -9 of a node: its sandboxes are reported lost with a reason
+	// within a bounded wait; the others work; new creates avoid it.
+	victim := nodes[1]
+	lost := spread[victim.name]
+	killedAt := time.Now()
+	w.kill9(victim)
+	t.Run("a killed node's sandboxes are reported lost", func(t *testing.T) {
+		deadline := killedAt.Add(heartbeat*lostAfter + 10*time.Second)
+		for _, id := range lost {
+			for {
+				sb, err := fronts[0].GetSandbox(ctx, id)
+				if err == nil && sb.State == "failed" {
+					if !strings.Contains(sb.Reason, "node "+victim.name+" lost") {
+						t.Errorf("lost sandbox %s has reason %q, want one naming node %s", id, sb.Reason, victim.name)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox %s of killed node %s: %+v, %v; want failed (lost) by now", id, victim.name, sb, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		t.Logf("lost reported %v after the kill", time.Since(killedAt).Round(time.Millisecond))
+		_, err := fronts[1].Output(ctx, lost[0], api.CommandRequest{Cmd: "true"})
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != http.StatusConflict || !strings.Contains(ce.Message, "lost") {
+			t.Errorf("command on a lost sandbox: %v; want 409 naming the loss", err)
+		}
+		if err := fronts[1].KillSandbox(ctx, lost[0]); err != nil {
+			t.Errorf("killing a lost sandbox: %v, want success (it ended)", err)
+		}
+	})
+	t.Run("the other nodes' sandboxes still work", func(t *testing.T) {
+		for _, n := range []*proc{nodes[0], nodes[2]} {
+			id := spread[n.name][0]
+			if err := use(fronts[1], id, false); err != nil {
+				t.Errorf("sandbox %s on %s: %v", id, n.name, err)
+			}
+			if sb, err := fronts[0].GetSandbox(ctx, id); err != nil || sb.State != "running" {
+				t.Errorf("sandbox %s on live node %s: %+v, %v; want running", id, n.name, sb, err)
+			}
+		}
+	})
+	t.Run("new creates go to the surviving nodes", func(t *testing.T) {
+		more := create(4)
+		for _, id := range more {
+			if n := w.nodeOf(id); n == victim.name {
+				t.Errorf("sandbox %s placed on lost node %s", id, n)
+			}
+		}
+		ids = append(ids, more...)
+	})
+
+	// kill -9 of a front: the other serves everything.
+	w.kill9(front1)
+	t.Run("the other front serves everything after a front dies", func(t *testing.T) {
+		alive := 0
+		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sb.State == "running" {
+				alive++
+			}
+		}
+		if want := len(ids) - len(lost); alive != want {
+			t.Errorf("front-2 lists %d running sandboxes, want %d", alive, want)
+		}
+		for _, n := range []*proc{nodes[0], nodes[2]} {
+			id := spread[n.name][len(spread[n.name])-1]
+			if err := use(fronts[1], id, false); err != nil {
+				t.Errorf("sandbox %s on %s through front-2: %v", id, n.name, err)
+			}
+		}
+		sb, err := fronts[1].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"})
+		if err != nil {
+			t.Fatalf("create through front-2: %v", err)
+		}
+		ids = append(ids, sb.ID)
+		if err := fronts[1].KillSandbox(ctx, sb.ID); err != nil {
+			t.Errorf("kill through front-2: %v", err)
+		}
+	})
+
+	// The killed node comes back on its data dir: live again, and the
+	// sandboxes the catalog declared lost are cleaned up, not revived.
+	t.Run("a lost node restarted cleans up its lost sandboxes", func(t *testing.T) {
+		dataDir := victim.cmd.Args[slices.Index(victim.cmd.Args, "--data-dir")+1]
+		back := w.start(victim.name, config.RoleNode, dataDir)
+		w.ready(back)
+		w.waitLive(victim.name)
+		for _, id := range lost {
+			if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("lost sandbox %s's dir after its node restarted: %v, want it removed", id, err)
+			}
+			if sb, err := fronts[1].GetSandbox(ctx, id); err != nil || sb.State != "failed" {
+				t.Errorf("lost sandbox %s after its node restarted: %+v, %v; want still failed", id, sb, err)
+			}
+		}
+	})
+
+	for _, id := range ids {
+		if err := fronts[1].KillSandbox(ctx, id); err != nil {
+			t.Errorf("killing %s: %v", id, err)
+		}
+	}
+	t.Logf("TestCluster took %v", time.Since(began).Round(time.Millisecond))
+}
+
+func counts(m map[string][]string) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		out[k] = len(v)
+	}
+	return out
+}
