@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,6 +25,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
@@ -147,6 +150,41 @@ func (w *world) kill9(p *proc) {
 	<-p.exited
 }
 
+// killLeft kills, through each running node directly, the sandboxes the
+// catalog says it still runs: a node stopped with SIGTERM leaves its
+// sandboxes running for its next start, and there is none.
+func (w *world) killLeft(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range w.procs {
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.name,
+			States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused}, Limit: 1000})
+		if err != nil {
+			w.t.Errorf("listing %s's sandboxes: %v", p.name, err)
+			continue
+		}
+		for _, sb := range recs {
+			req, _ := http.NewRequestWithContext(ctx, "DELETE", p.url+"/v1/sandboxes/"+sb.ID.String(), nil)
+			req.Header.Set(cluster.TokenHeader, w.token)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				w.t.Errorf("killing %s on %s: %v", sb.ID, p.name, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				w.t.Errorf("killing %s on %s: status %d", sb.ID, p.name, resp.StatusCode)
+			}
+		}
+	}
+}
+
 // nodeOf is the node the catalog says runs id.
 func (w *world) nodeOf(id string) string {
 	w.t.Helper()
@@ -190,6 +228,7 @@ func TestCluster(t *testing.T) {
 	tok := make([]byte, 24)
 	_, _ = rand.Read(tok)
 	w := &world{t: t, kiln: servetest.Build(t), pg: pgtest.URL(t), token: hex.EncodeToString(tok)}
+	var key string // the admin key
 	if w.catalog, err = postgres.Open(t.Context(), w.pg); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +236,7 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.killLeft(key)
 		for _, p := range w.procs {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -216,7 +256,6 @@ func TestCluster(t *testing.T) {
 	// The first front makes the admin key; the others start together.
 	front1 := w.start("front-1", config.RoleFront, "")
 	w.ready(front1)
-	var key string
 	select {
 	case key = <-front1.key:
 	case <-time.After(10 * time.Second):
@@ -345,6 +384,64 @@ func TestCluster(t *testing.T) {
 		t.Logf("used 12 sandboxes in %v", time.Since(start).Round(time.Millisecond))
 	})
 
+	t.Run("streams, PTY, WebSocket and cancellation through a front", func(t *testing.T) {
+		// One sandbox per node, through the front that did not create it.
+		for _, name := range []string{"node-a", "node-b", "node-c"} {
+			id := spread[name][0]
+			f, url := fronts[1], front2.url
+			pid, err := f.Start(ctx, id, api.CommandRequest{Cmd: "cat", Stdin: true, PTY: &api.PTYSize{Cols: 80, Rows: 24}})
+			if err != nil {
+				t.Fatalf("%s: starting a PTY command: %v", name, err)
+			}
+			wsURL := "ws" + strings.TrimPrefix(url, "http") + fmt.Sprintf("/v1/sandboxes/%s/commands/%d/events", id, pid)
+			ws, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}})
+			if err != nil {
+				t.Fatalf("%s: WebSocket through the front: %v", name, err)
+			}
+			if err := f.Resize(ctx, id, pid, api.PTYSize{Cols: 100, Rows: 30}); err != nil {
+				t.Errorf("%s: resize: %v", name, err)
+			}
+			if err := f.SendStdin(ctx, id, pid, []byte("ping-"+name+"\n"), false); err != nil {
+				t.Fatalf("%s: stdin: %v", name, err)
+			}
+			var seen strings.Builder
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			for !strings.Contains(seen.String(), "ping-"+name) {
+				_, msg, err := ws.Read(rctx)
+				if err != nil {
+					t.Fatalf("%s: reading the WebSocket (output so far %q): %v", name, seen.String(), err)
+				}
+				var ev api.Event
+				if err := json.Unmarshal(msg, &ev); err != nil {
+					t.Fatalf("%s: WebSocket message %q: %v", name, msg, err)
+				}
+				seen.Write(ev.Data)
+			}
+			rcancel()
+			ws.Close(websocket.StatusNormalClosure, "")
+			if err := f.Signal(ctx, id, pid, "SIGKILL"); err != nil {
+				t.Errorf("%s: signal: %v", name, err)
+			}
+			// A code cell whose client goes away is interrupted on the
+			// node: the context's next cell runs at once, not after
+			// the first one's sleep.
+			cctx, ccancel := context.WithTimeout(ctx, time.Second)
+			_, err = f.RunCode(cctx, id, api.CodeRequest{Language: "bash", Code: "sleep 20; echo late"}, client.CodeOptions{})
+			ccancel()
+			if err == nil {
+				t.Fatalf("%s: a 20 s cell under a 1 s deadline returned without error", name)
+			}
+			start := time.Now()
+			res, err := f.RunCode(ctx, id, api.CodeRequest{Language: "bash", Code: "echo next"}, client.CodeOptions{})
+			if err != nil || strings.TrimSpace(res.Stdout) != "next" {
+				t.Errorf("%s: the cell after a cancelled one: %+v, %v", name, res, err)
+			}
+			if d := time.Since(start); d > 10*time.Second {
+				t.Errorf("%s: the cell after a cancelled one took %v: the cancellation did not reach the node", name, d)
+			}
+		}
+	})
+
 	t.Run("a list through one front sees all", func(t *testing.T) {
 		listed := map[string]string{}
 		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
@@ -366,6 +463,29 @@ func TestCluster(t *testing.T) {
 	lost := spread[victim.name]
 	killedAt := time.Now()
 	w.kill9(victim)
+	victimDir := victim.cmd.Args[slices.Index(victim.cmd.Args, "--data-dir")+1]
+	restarted := false
+	t.Cleanup(func() {
+		// Its sandboxes still run: only its restart (adoption) removes
+		// them.
+		if !restarted {
+			w.ready(w.start(victim.name, config.RoleNode, victimDir))
+		}
+	})
+	t.Run("a dead node not yet marked lost fails fast, naming it", func(t *testing.T) {
+		start := time.Now()
+		_, err := fronts[0].Output(ctx, lost[0], api.CommandRequest{Cmd: "true"})
+		var ce *client.Error
+		if time.Since(killedAt) > heartbeat*lostAfter {
+			t.Skip("the node was marked lost already (slow machine)")
+		}
+		if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || !strings.Contains(ce.Message, victim.name) {
+			t.Errorf("command on a sandbox of a dead node: %v; want 503 naming %s", err, victim.name)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("the dead node's request took %v, want it to fail fast", d)
+		}
+	})
 	t.Run("a killed node's sandboxes are reported lost", func(t *testing.T) {
 		deadline := killedAt.Add(heartbeat*lostAfter + 10*time.Second)
 		for _, id := range lost {
@@ -448,8 +568,9 @@ func TestCluster(t *testing.T) {
 	// The killed node comes back on its data dir: live again, and the
 	// sandboxes the catalog declared lost are cleaned up, not revived.
 	t.Run("a lost node restarted cleans up its lost sandboxes", func(t *testing.T) {
-		dataDir := victim.cmd.Args[slices.Index(victim.cmd.Args, "--data-dir")+1]
+		dataDir := victimDir
 		back := w.start(victim.name, config.RoleNode, dataDir)
+		restarted = true
 		w.ready(back)
 		w.waitLive(victim.name)
 		for _, id := range lost {
@@ -463,6 +584,9 @@ func TestCluster(t *testing.T) {
 	})
 
 	for _, id := range ids {
+		if slices.Contains(lost, id) {
+			continue // its node's restart removed it
+		}
 		if err := fronts[1].KillSandbox(ctx, id); err != nil {
 			t.Errorf("killing %s: %v", id, err)
 		}
