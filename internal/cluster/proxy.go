@@ -28,16 +28,17 @@ type Proxy struct {
 	token string
 	tr    *http.Transport
 	log   *slog.Logger
-	// fail writes err (an errdefs class) as the front's error answer.
-	fail func(w http.ResponseWriter, r *http.Request, err error)
 }
 
-// NewProxy returns a Proxy that authenticates with token and answers
-// failures with fail.
-func NewProxy(token string, log *slog.Logger, fail func(http.ResponseWriter, *http.Request, error)) *Proxy {
+// Fail writes err (an errdefs class) as a front's error answer, in the
+// shape of the API the request is for.
+type Fail func(w http.ResponseWriter, r *http.Request, err error)
+
+// NewProxy returns a Proxy that authenticates with token.
+func NewProxy(token string, log *slog.Logger) *Proxy {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &Proxy{
-		token: token, log: log, fail: fail,
+		token: token, log: log,
 		tr: &http.Transport{
 			DialContext: d.DialContext, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second, ExpectContinueTimeout: time.Second,
@@ -48,11 +49,13 @@ func NewProxy(token string, log *slog.Logger, fail func(http.ResponseWriter, *ht
 // Close drops idle connections to nodes.
 func (p *Proxy) Close() { p.tr.CloseIdleConnections() }
 
-// Forward proxies r to node n and writes the node's answer to w.
-func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node) {
+// Forward proxies r to node n and writes the node's answer to w; a node
+// that does not answer is answered with fail (errdefs.ErrUnavailable,
+// naming the node).
+func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node, fail Fail) {
 	target, err := url.Parse(n.URL)
 	if err != nil {
-		p.fail(w, r, fmt.Errorf("node %s has a bad URL in the catalog: %w", n.Name, err))
+		fail(w, r, fmt.Errorf("node %s has a bad URL in the catalog: %w", n.Name, err))
 		return
 	}
 	rp := &httputil.ReverseProxy{
@@ -68,7 +71,7 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node) {
 				return // the client went away: nobody to answer
 			}
 			p.log.Warn("proxying to node", "node", n.Name, "url", n.URL, "err", err)
-			p.fail(w, r, fmt.Errorf("node %s is not answering: %w", n.Name, errdefs.ErrUnavailable))
+			fail(w, r, fmt.Errorf("node %s is not answering: %w", n.Name, errdefs.ErrUnavailable))
 		},
 	}
 	rp.ServeHTTP(w, r)

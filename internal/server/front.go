@@ -68,11 +68,11 @@ func NewFront(o FrontOptions) *Server {
 	s.records = frontRecords{o.Records}
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
-		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log, s.writeError),
+		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log),
 	}
 	s.mux, s.routes = http.NewServeMux(), nil
 	s.registerFront()
-	s.handler = s.edge.Handler(s.mux)
+	s.handler = s.edge.Handler(s.frontE2B(s.mux))
 	return s
 }
 
@@ -113,12 +113,17 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	if n.State != cluster.NodeLive {
 		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
 	}
-	s.front.proxy.Forward(w, r, n)
+	s.front.proxy.Forward(w, r, n, s.writeError)
 	return nil
 }
 
 // frontAny proxies a request about no one sandbox to a live node.
 func (s *Server) frontAny(w http.ResponseWriter, r *http.Request) error {
+	return s.toAnyNode(w, r, s.writeError)
+}
+
+// toAnyNode proxies r to a live node chosen at random.
+func (s *Server) toAnyNode(w http.ResponseWriter, r *http.Request, fail cluster.Fail) error {
 	ns, err := s.front.dir.Nodes(r.Context())
 	if err != nil {
 		return err
@@ -132,7 +137,7 @@ func (s *Server) frontAny(w http.ResponseWriter, r *http.Request) error {
 	if len(live) == 0 {
 		return fmt.Errorf("no live node: %w", errdefs.ErrUnavailable)
 	}
-	s.front.proxy.Forward(w, r, live[rand.IntN(len(live))])
+	s.front.proxy.Forward(w, r, live[rand.IntN(len(live))], fail)
 	return nil
 }
 
@@ -171,6 +176,12 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 			want.Node = snap.Node
 		}
 	}
+	return s.place(w, r, body.Bytes(), want)
+}
+
+// place offers a create (r with body) to the live nodes that fit want,
+// in placement order, and writes the first answer that is not a refusal.
+func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want cluster.Want) error {
 	nodes, err := s.front.nodes.Nodes(r.Context())
 	if err != nil {
 		return fmt.Errorf("reading the node registry: %w", err)
@@ -181,7 +192,7 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	var refusal *http.Response
 	for _, n := range order {
-		resp, err := s.offer(r, body.Bytes(), n)
+		resp, err := s.offer(r, body, n)
 		if err != nil {
 			s.log.Info("create passed over a node", "node", n.Name, "err", err)
 			continue

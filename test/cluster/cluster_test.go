@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -442,6 +443,79 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("E2B control and data plane through the fronts", func(t *testing.T) {
+		call := func(method, url string, body string, hdr ...string) (int, []byte) {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+			for i := 0; i < len(hdr); i += 2 {
+				if strings.EqualFold(hdr[i], "Host") {
+					req.Host = hdr[i+1]
+				} else {
+					req.Header.Set(hdr[i], hdr[i+1])
+				}
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, url, err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		// Three creates through front-1: placed like native ones.
+		var made []e2bSandbox
+		for range 3 {
+			st, b := call("POST", front1.url+"/v2/sandboxes", `{"templateID":"base","timeout":300}`, "X-API-Key", key)
+			var sb e2bSandbox
+			if st != http.StatusCreated || json.Unmarshal(b, &sb) != nil || sb.SandboxID == "" {
+				t.Fatalf("E2B create through front-1: %d %s", st, b)
+			}
+			made = append(made, sb)
+		}
+		for _, sb := range made {
+			id, node := sb.SandboxID, w.nodeOf(sb.SandboxID)
+			// Control plane through the other front, whatever the node.
+			if st, b := call("POST", front2.url+"/sandboxes/"+id+"/timeout", `{"timeout":600}`, "X-API-Key", key); st != http.StatusNoContent {
+				t.Errorf("E2B set timeout of %s (on %s) through front-2: %d %s", id, node, st, b)
+			}
+			if st, b := call("GET", front2.url+"/sandboxes/"+id, "", "X-API-Key", key); st != http.StatusOK || !strings.Contains(string(b), id) {
+				t.Errorf("E2B get of %s (on %s) through front-2: %d %s", id, node, st, b)
+			}
+			// Data plane: envd's /files by routing headers and by host.
+			if _, err := fronts[0].WriteFile(ctx, id, "/tmp/e2b.txt", strings.NewReader("via envd "+id)); err != nil {
+				t.Fatalf("writing a file in %s: %v", id, err)
+			}
+			for _, route := range [][]string{
+				{"E2b-Sandbox-Id", id, "E2b-Sandbox-Port", "49983"},
+				{"Host", "49983-" + id + ".cluster.test"},
+			} {
+				hdr := append([]string{"X-Access-Token", sb.EnvdAccessToken}, route...)
+				st, b := call("GET", front2.url+"/files?path=/tmp/e2b.txt&username=user", "", hdr...)
+				if st != http.StatusOK || string(b) != "via envd "+id {
+					t.Errorf("envd /files of %s (on %s) through front-2 routed by %s: %d %q", id, node, route[0], st, b)
+				}
+			}
+		}
+		if st, b := call("GET", front2.url+"/health", "", "E2b-Sandbox-Id", "nosuchsandbox1", "E2b-Sandbox-Port", "49983"); st != http.StatusBadGateway {
+			t.Errorf("data plane of an unknown sandbox: %d %s, want 502", st, b)
+		}
+		st, b := call("GET", front2.url+"/v2/sandboxes", "", "X-API-Key", key)
+		for _, sb := range made {
+			if st != http.StatusOK || !strings.Contains(string(b), sb.SandboxID) {
+				t.Errorf("E2B list through front-2 lacks %s: %d %s", sb.SandboxID, st, b)
+			}
+		}
+		for i, sb := range made {
+			f := []*proc{front1, front2}[i%2]
+			if st, b := call("DELETE", f.url+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNoContent {
+				t.Errorf("E2B kill of %s through %s: %d %s", sb.SandboxID, f.name, st, b)
+			}
+			if st, _ := call("GET", front2.url+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNotFound {
+				t.Errorf("E2B get of killed sandbox %s: %d, want 404", sb.SandboxID, st)
+			}
+		}
+	})
+
 	t.Run("a list through one front sees all", func(t *testing.T) {
 		listed := map[string]string{}
 		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
@@ -592,6 +666,12 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	t.Logf("TestCluster took %v", time.Since(began).Round(time.Millisecond))
+}
+
+// e2bSandbox is what E2B's create answers, in part.
+type e2bSandbox struct {
+	SandboxID       string `json:"sandboxID"`
+	EnvdAccessToken string `json:"envdAccessToken"`
 }
 
 func counts(m map[string][]string) map[string]int {
