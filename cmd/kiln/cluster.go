@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -37,7 +38,7 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 
 // joinCluster registers this node in the catalog, then keeps its
 // heartbeat and sweeps for lost nodes in the background until ctx ends.
-func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, name string, addr net.Addr, log *slog.Logger) error {
+func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, name string, addr net.Addr, log *slog.Logger) error {
 	log = log.With("component", "cluster")
 	total, _, err := cluster.Meminfo()
 	if err != nil {
@@ -62,7 +63,20 @@ func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, name 
 		}
 		return n
 	}
-	if err := cluster.Heartbeat(ctx, st, cfg.Cluster.Heartbeat, describe, log); err != nil {
+	// Back from lost: clients were told its sandboxes are gone, so they
+	// must be, with the catalog's reason.
+	revived := func(ctx context.Context) {
+		for _, sb := range m.Live() {
+			rec, err := st.GetSandbox(ctx, sb.ID)
+			if err != nil || !rec.State.Terminal() {
+				continue
+			}
+			if err := m.Fail(ctx, sb.ID, rec.Reason); err != nil {
+				log.Warn("ending a sandbox the catalog failed", "sandbox_id", sb.ID, "err", err)
+			}
+		}
+	}
+	if err := cluster.Heartbeat(ctx, st, cfg.Cluster.Heartbeat, describe, revived, log); err != nil {
 		return err
 	}
 	go cluster.Sweep(ctx, st, cfg.Cluster.Heartbeat, cfg.Cluster.Silence(), log)

@@ -179,7 +179,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClusterToken: clusterToken(cfg.Cluster),
 	})
 	if nodeName != "" {
-		if err := joinCluster(ctx, cfg, st, nodeName, ln.Addr(), log); err != nil {
+		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
 			ln.Close()
 			return err
 		}

@@ -58,8 +58,9 @@ type Node struct {
 // record names it.
 type Store interface {
 	// Heartbeat records n as live with its capacity, its heartbeat the
-	// store's now; a node marked lost comes back live.
-	Heartbeat(ctx context.Context, n Node) error
+	// store's now; a node marked lost comes back live, and revived says
+	// so (its sandboxes were failed meanwhile).
+	Heartbeat(ctx context.Context, n Node) (revived bool, err error)
 	// Nodes returns every registered node with its load, by name.
 	Nodes(ctx context.Context) ([]Node, error)
 	// MarkLost marks lost every live node whose last heartbeat is older

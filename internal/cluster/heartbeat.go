@@ -11,11 +11,18 @@ import (
 // interval in the background until ctx ends. self is asked each time, so
 // the templates a node has stay current. The first heartbeat's error is
 // returned (a node that cannot register must not serve); later ones are
-// logged, and the node is marked lost if they keep failing.
-func Heartbeat(ctx context.Context, st Store, interval time.Duration, self func() Node, log *slog.Logger) error {
+// logged, and the node is marked lost if they keep failing. A heartbeat
+// that finds the node marked lost (it was cut off or frozen, not dead)
+// calls revived, which must end the sandboxes the catalog failed.
+func Heartbeat(ctx context.Context, st Store, interval time.Duration, self func() Node,
+	revived func(context.Context), log *slog.Logger) error {
 	n := self()
-	if err := st.Heartbeat(ctx, n); err != nil {
+	back, err := st.Heartbeat(ctx, n)
+	if err != nil {
 		return fmt.Errorf("registering node %s: %w", n.Name, err)
+	}
+	if back {
+		revived(ctx)
 	}
 	log.Info("registered in the catalog", "node", n.Name, "url", n.URL, "slots", n.Slots, "runtimes", n.Runtimes)
 	go func() {
@@ -31,7 +38,7 @@ func Heartbeat(ctx context.Context, st Store, interval time.Duration, self func(
 			// A heartbeat may not outlast its interval: a late one is
 			// as good as a missed one.
 			hctx, cancel := context.WithTimeout(ctx, interval)
-			err := st.Heartbeat(hctx, self())
+			back, err := st.Heartbeat(hctx, self())
 			cancel()
 			switch {
 			case err != nil && !failing && ctx.Err() == nil:
@@ -40,6 +47,10 @@ func Heartbeat(ctx context.Context, st Store, interval time.Duration, self func(
 				log.Info("heartbeat written again")
 			}
 			failing = err != nil
+			if back {
+				log.Warn("this node was marked lost and is back: ending the sandboxes the catalog failed")
+				revived(ctx)
+			}
 		}
 	}()
 	return nil

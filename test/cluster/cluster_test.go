@@ -657,6 +657,61 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// A node frozen past the silence (a partition, a stopped process) is
+	// marked lost while it still runs; once it answers again it ends the
+	// sandboxes the catalog failed, keeping their lost reason.
+	t.Run("a frozen node that comes back ends its lost sandboxes", func(t *testing.T) {
+		frozen := nodes[2]
+		frozenDir := frozen.cmd.Args[slices.Index(frozen.cmd.Args, "--data-dir")+1]
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: frozen.name, States: []sandbox.State{sandbox.StateRunning}})
+		if err != nil || len(recs) == 0 {
+			t.Fatalf("running sandboxes of %s: %v, %v", frozen.name, recs, err)
+		}
+		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped := true
+		defer func() {
+			if stopped {
+				_ = frozen.cmd.Process.Signal(syscall.SIGCONT)
+			}
+		}()
+		deadline := time.Now().Add(heartbeat*lostAfter + 10*time.Second)
+		for _, rec := range recs {
+			for {
+				sb, err := w.catalog.GetSandbox(ctx, rec.ID)
+				if err == nil && sb.State == sandbox.StateFailed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox %s of frozen node %s: %+v, %v; want failed (lost) by now", rec.ID, frozen.name, sb, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		_ = frozen.cmd.Process.Signal(syscall.SIGCONT)
+		stopped = false
+		w.waitLive(frozen.name)
+		deadline = time.Now().Add(15 * time.Second)
+		for _, rec := range recs {
+			for {
+				_, statErr := os.Stat(filepath.Join(frozenDir, "sandboxes", rec.ID.String()))
+				sb, err := w.catalog.GetSandbox(ctx, rec.ID)
+				if errors.Is(statErr, os.ErrNotExist) && err == nil && sb.State == sandbox.StateFailed {
+					if !strings.Contains(sb.Reason, "node "+frozen.name+" lost") {
+						t.Errorf("sandbox %s ended by its revived node with reason %q, want the lost reason", rec.ID, sb.Reason)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("sandbox %s of revived node %s: dir %v, record %+v, %v; want it removed and failed", rec.ID, frozen.name, statErr, sb, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			ids = slices.DeleteFunc(ids, func(id string) bool { return id == rec.ID.String() })
+		}
+	})
+
 	for _, id := range ids {
 		if slices.Contains(lost, id) {
 			continue // its node's restart removed it

@@ -14,19 +14,23 @@ import (
 
 var _ cluster.Store = (*Store)(nil)
 
-// Heartbeat records n as live now (the database's clock).
-func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) error {
+// Heartbeat records n as live now (the database's clock). The row's
+// previous state is read in the same statement.
+func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	runtimes, templates := n.JSONLists()
-	_, err := s.pool.Exec(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
+	var prev *string
+	err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT state FROM nodes WHERE name = $1)
+		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
 		VALUES ($1, $2, 'live', '', $3, $4, $5, $6::jsonb, $7::jsonb, $8, now())
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
-			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = now()`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt)
+			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = now()
+		RETURNING (SELECT state FROM prev)`,
+		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt).Scan(&prev)
 	if err != nil {
-		return fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
+		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
-	return nil
+	return prev != nil && *prev == cluster.NodeLost, nil
 }
 
 // Nodes returns every node with its load.

@@ -18,19 +18,32 @@ var _ cluster.Store = (*Store)(nil)
 // active is cluster.Active as an SQL list.
 var active = `('` + strings.Join(cluster.Active, `', '`) + `')`
 
-// Heartbeat records n as live now.
-func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) error {
+// Heartbeat records n as live now, in one write transaction with the
+// read of its previous state.
+func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	runtimes, templates := n.JSONLists()
-	_, err := s.w.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
+	}
+	defer tx.Rollback()
+	var prev string
+	if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, n.Name).Scan(&prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
 		VALUES (?, ?, 'live', '', ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
 			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
 		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, micros(n.StartedAt), micros(time.Now()))
 	if err != nil {
-		return fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
+		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
-	return nil
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
+	}
+	return prev == cluster.NodeLost, nil
 }
 
 // Nodes returns every node with its load.

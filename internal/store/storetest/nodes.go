@@ -27,8 +27,8 @@ func node(name string, slots int) cluster.Node {
 func heartbeat(t *testing.T, s store.Backend, ns ...cluster.Node) {
 	t.Helper()
 	for _, n := range ns {
-		if err := s.Heartbeat(ctx(t), n); err != nil {
-			t.Fatalf("Heartbeat(%s): %v", n.Name, err)
+		if revived, err := s.Heartbeat(ctx(t), n); err != nil || revived {
+			t.Fatalf("Heartbeat(%s) = %v, %v; want not revived", n.Name, revived, err)
 		}
 	}
 }
@@ -104,7 +104,9 @@ func testNodeLost(t *testing.T, s store.Backend) {
 	if lost, err := s.MarkLost(ctx(t), time.Hour); err != nil || len(lost) != 0 {
 		t.Fatalf("MarkLost(1h) = %v, %v; want nothing", lost, err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	// quiet falls silent for 1 s; chatty has just written: a 500 ms
+	// silence is quiet's alone, even on a loaded machine.
+	time.Sleep(time.Second)
 	heartbeat(t, s, node("chatty", 10))
 	// Two sweepers at once: between them they mark "quiet" exactly once.
 	var (
@@ -116,7 +118,7 @@ func testNodeLost(t *testing.T, s store.Backend) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			lost, err := s.MarkLost(ctx(t), 20*time.Millisecond)
+			lost, err := s.MarkLost(ctx(t), 500*time.Millisecond)
 			if err != nil {
 				t.Errorf("MarkLost: %v", err)
 			}
@@ -155,7 +157,10 @@ func testNodeLost(t *testing.T, s store.Backend) {
 	if _, err := s.Reserve(ctx(t), "quiet", time.Minute); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Reserve on a lost node: %v, want unavailable", err)
 	}
-	heartbeat(t, s, node("quiet", 10))
+	if revived, err := s.Heartbeat(ctx(t), node("quiet", 10)); err != nil || !revived {
+		t.Fatalf("Heartbeat of a lost node = %v, %v; want revived", revived, err)
+	}
+	heartbeat(t, s, node("quiet", 10)) // revived once
 	if n := nodes(t, s)["quiet"]; n.State != cluster.NodeLive || n.Reason != "" {
 		t.Errorf("after a new heartbeat: %+v, want live again", n)
 	}
