@@ -70,7 +70,7 @@ type world struct {
 	catalog *postgres.Store
 }
 
-func (w *world) start(name, role string, dataDir string) *proc {
+func (w *world) start(name, role string, dataDir string, env ...string) *proc {
 	t := w.t
 	t.Helper()
 	if dataDir == "" {
@@ -83,6 +83,7 @@ func (w *world) start(name, role string, dataDir string) *proc {
 	p.cmd.Env = append(os.Environ(), "KILN_ROLE="+role, "KILN_STORE="+w.pg, "KILN_CLUSTER_TOKEN="+w.token,
 		"KILN_NODE_NAME="+name, "KILN_RUNTIME=runc", "KILN_NETWORK=off",
 		"KILN_HEARTBEAT_INTERVAL="+heartbeat.String(), fmt.Sprintf("KILN_NODE_LOST_AFTER=%d", lostAfter))
+	p.cmd.Env = append(p.cmd.Env, env...)
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +264,10 @@ func TestCluster(t *testing.T) {
 		t.Fatal("front-1 printed no admin key")
 	}
 	front2 := w.start("front-2", config.RoleFront, "")
-	nodes := []*proc{w.start("node-a", config.RoleNode, ""), w.start("node-b", config.RoleNode, ""), w.start("node-c", config.RoleNode, "")}
+	// node-a refuses a key's third sandbox (its per-node quota): fronts
+	// must take its refusals (429) to another node.
+	nodes := []*proc{w.start("node-a", config.RoleNode, "", "KILN_MAX_SANDBOXES=2"),
+		w.start("node-b", config.RoleNode, ""), w.start("node-c", config.RoleNode, "")}
 	for _, p := range append([]*proc{front2}, nodes...) {
 		w.ready(p)
 	}
@@ -329,6 +333,9 @@ func TestCluster(t *testing.T) {
 		if len(spread[n]) < 2 {
 			t.Errorf("node %s got %d of 12 sandboxes, want at least 2 (spread %v)", n, len(spread[n]), counts(spread))
 		}
+	}
+	if len(spread["node-a"]) > 2 {
+		t.Errorf("node-a holds %d of the key's sandboxes past its quota of 2", len(spread["node-a"]))
 	}
 	t.Logf("spread: %v", counts(spread))
 
@@ -514,6 +521,25 @@ func TestCluster(t *testing.T) {
 				t.Errorf("E2B get of killed sandbox %s: %d, want 404", sb.SandboxID, st)
 			}
 		}
+	})
+
+	t.Run("the proxy's cost per command", func(t *testing.T) {
+		id := spread["node-c"][0]
+		direct := client.New(nodes[2].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+		per := func(c *client.Client) time.Duration {
+			const n = 30
+			start := time.Now()
+			for range n {
+				if _, err := c.Output(ctx, id, api.CommandRequest{Args: []string{"true"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return time.Since(start) / n
+		}
+		per(fronts[0]) // warm both paths' connections
+		d, f := per(direct), per(fronts[0])
+		t.Logf("a command round trip: %v straight to the node, %v through a front (+%v)", d.Round(10*time.Microsecond),
+			f.Round(10*time.Microsecond), (f - d).Round(10*time.Microsecond))
 	})
 
 	t.Run("a list through one front sees all", func(t *testing.T) {
@@ -721,6 +747,15 @@ func TestCluster(t *testing.T) {
 		}
 	}
 	t.Logf("TestCluster took %v", time.Since(began).Round(time.Millisecond))
+}
+
+// tokenTransport adds the cluster token, as a front does.
+type tokenTransport struct{ token string }
+
+func (tt tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(cluster.TokenHeader, tt.token)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // e2bSandbox is what E2B's create answers, in part.
