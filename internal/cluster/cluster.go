@@ -22,8 +22,12 @@ const (
 	NodeLost = "lost"
 )
 
-// TokenHeader carries the cluster token from a front to a node.
-const TokenHeader = "Kiln-Cluster-Token"
+// TokenHeader carries the cluster token from a front to a node, and
+// RequestIDHeader the front's request id, which the node adopts.
+const (
+	TokenHeader     = "Kiln-Cluster-Token"
+	RequestIDHeader = "Kiln-Request-Id"
+)
 
 // Node is one kiln serve of role node as the catalog knows it.
 type Node struct {

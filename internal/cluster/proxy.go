@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -63,6 +64,13 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			pr.Out.Header.Set(TokenHeader, p.token)
+			pr.Out.Header.Set(RequestIDHeader, edge.RequestID(pr.In.Context()))
+		},
+		// The node answers with the same request id the front's edge
+		// set: keep one X-Request-Id.
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Del("X-Request-Id")
+			return nil
 		},
 		Transport:     p.tr,
 		FlushInterval: -1, // streams: every write at once
@@ -98,6 +106,7 @@ func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) 
 		}
 	}
 	out.Header.Set(TokenHeader, p.token)
+	out.Header.Set(RequestIDHeader, edge.RequestID(ctx))
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -158,6 +158,9 @@ func (s *Server) clusterGuard(token string, next http.Handler) http.Handler {
 			return
 		}
 		r.Header.Del(cluster.TokenHeader)
+		// One id for the front's log line and the node's.
+		edge.AdoptRequestID(w, r, r.Header.Get(cluster.RequestIDHeader))
+		r.Header.Del(cluster.RequestIDHeader)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -542,6 +542,29 @@ func TestCluster(t *testing.T) {
 			f.Round(10*time.Microsecond), (f - d).Round(10*time.Microsecond))
 	})
 
+	t.Run("one request id for the front and the node", func(t *testing.T) {
+		id := spread["node-b"][0]
+		req, _ := http.NewRequestWithContext(ctx, "GET", front1.url+"/v1/sandboxes/"+id+"/files?path=/no/such/file", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		rid := resp.Header.Values("X-Request-Id")
+		if resp.StatusCode != http.StatusNotFound || len(rid) != 1 || e.RequestID != rid[0] {
+			t.Fatalf("a node's error through a front: %d, X-Request-Id %v, body %+v; want 404 with one id, the body's", resp.StatusCode, rid, e)
+		}
+		for _, p := range []*proc{front1, nodes[1]} {
+			logs, _ := os.ReadFile(p.log)
+			if !strings.Contains(string(logs), `"request_id":"`+rid[0]+`"`) {
+				t.Errorf("%s's log has no line with request id %s", p.name, rid[0])
+			}
+		}
+	})
+
 	t.Run("a list through one front sees all", func(t *testing.T) {
 		listed := map[string]string{}
 		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
