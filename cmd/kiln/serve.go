@@ -35,6 +35,10 @@ Serves the REST API. Sandboxes outlive the server: a restarted server
 re-adopts them. On the first start with an empty store it prints an admin
 API key once. Logs are JSON on stderr.
 
+With --role node (sandbox hosts) and --role front (the API, no sandboxes)
+several kiln serve processes share one PostgreSQL store as one Kiln; see
+docs/cluster.md.
+
 Flags (environment in parentheses):
 `
 
