@@ -168,7 +168,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if nw != nil {
 		mt.RegisterNetwork(m)
 	}
-	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, nw != nil, log)
+	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, nw != nil, nodeName, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -248,7 +248,7 @@ func listenAPI(ctx context.Context, cfg config.Config, st store.Backend) (net.Li
 // Manager (with NAT when sandbox networking is up, so that RUN steps reach
 // package mirrors).
 func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalog *template.Catalog,
-	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, networked bool, log *slog.Logger) (*builder.Builder, error) {
+	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, networked bool, node string, log *slog.Logger) (*builder.Builder, error) {
 	layers, err := layer.Open(filepath.Join(cfg.DataDir, "layers"))
 	if err != nil {
 		return nil, fmt.Errorf("opening the layer store: %w", err)
@@ -259,7 +259,7 @@ func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalo
 	}
 	b := cfg.Server.Builds.WithDefaults()
 	return builder.New(ctx, builder.Config{
-		DataDir: cfg.DataDir, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
+		DataDir: cfg.DataDir, Node: node, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
 		Network: network, BuildTimeout: b.Timeout, MaxLayerBytes: b.MaxLayerBytes, MaxContextBytes: b.MaxContextBytes,
 		MaxPerOwner: b.MaxPerKey, MaxConcurrent: b.MaxConcurrent, Observer: mt, Log: log,
 		Registries: image.ServerGuard(b.LoopbackRegistries),

@@ -48,6 +48,21 @@ func SandboxOfPath(p string) (id string, ok bool) {
 	return id, true
 }
 
+// VolumeOfPath returns the volume id of a path about one volume:
+// /volumes/{id} (API key) or /volumecontent/{id}/… (content, authorised
+// by the volume's token); ok is false for any other path.
+func VolumeOfPath(p string) (id string, content, ok bool) {
+	if rest, found := strings.CutPrefix(p, "/volumes/"); found && rest != "" && !strings.Contains(rest, "/") {
+		return rest, false, true
+	}
+	if rest, found := strings.CutPrefix(p, "/volumecontent/"); found {
+		if id, _, _ = strings.Cut(rest, "/"); id != "" {
+			return id, true, true
+		}
+	}
+	return "", false, false
+}
+
 // IsCreate reports whether r creates a sandbox.
 func IsCreate(r *http.Request) bool {
 	return r.Method == http.MethodPost && (r.URL.Path == "/sandboxes" || r.URL.Path == "/v2/sandboxes")

@@ -35,6 +35,24 @@ func TestClusterRouting(t *testing.T) {
 		t.Error("IsCreate(GET /sandboxes) = true")
 	}
 
+	for _, tc := range []struct {
+		path        string
+		id          string
+		content, ok bool
+	}{
+		{"/volumes/vol123", "vol123", false, true},
+		{"/volumecontent/vol123/file", "vol123", true, true},
+		{"/volumes", "", false, false},
+		{"/volumes/", "", false, false},
+		{"/volumes/a/b", "", false, false},
+		{"/volumecontent/", "", false, false},
+	} {
+		id, content, ok := e2b.VolumeOfPath(tc.path)
+		if id != tc.id || content != tc.content || ok != tc.ok {
+			t.Errorf("VolumeOfPath(%q) = %q, %v, %v; want %q, %v, %v", tc.path, id, content, ok, tc.id, tc.content, tc.ok)
+		}
+	}
+
 	r := httptest.NewRequest("GET", "/health", nil)
 	r.Header.Set("E2b-Sandbox-Id", "abcdefgh12")
 	r.Header.Set("E2b-Sandbox-Port", "49983")

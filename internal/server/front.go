@@ -17,6 +17,8 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/volume"
 )
 
 // FrontOptions wire the API of a cluster front (kiln serve --role
@@ -27,7 +29,11 @@ type FrontOptions struct {
 	Records sandbox.Store
 	Nodes   cluster.Store
 	Keys    apikey.Store
-	Log     *slog.Logger
+	// Templates and Volumes are the catalog's records of custom templates
+	// and volumes: a create that uses one goes to its node.
+	Templates template.Store
+	Volumes   volume.Store
+	Log       *slog.Logger
 	// Config supplies limits, quotas, the cluster token and placement's
 	// K.
 	Config  config.Config
@@ -36,11 +42,13 @@ type FrontOptions struct {
 
 // front is what a Server of role front has instead of a Manager.
 type front struct {
-	store sandbox.Store
-	nodes cluster.Store
-	dir   *cluster.Directory
-	proxy *cluster.Proxy
-	k     int
+	store   sandbox.Store
+	nodes   cluster.Store
+	catalog *template.Catalog // records only: where a custom template lives
+	volumes volume.Store
+	dir     *cluster.Directory
+	proxy   *cluster.Proxy
+	k       int
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -68,6 +76,7 @@ func NewFront(o FrontOptions) *Server {
 	s.records = frontRecords{o.Records}
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
+		catalog: &template.Catalog{Store: o.Templates}, volumes: o.Volumes,
 		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log),
 	}
 	s.mux, s.routes = http.NewServeMux(), nil
@@ -83,6 +92,8 @@ func (s *Server) registerFront() {
 	s.route("GET /v1/sandboxes/{id}", s.getSandbox, 0)
 	s.route("DELETE /v1/sandboxes/{id}", s.frontSandbox, 0)
 	s.route("/v1/sandboxes/{id}/", s.frontSandbox, streamBody)
+	s.route("GET /v1/volumes/{id}", s.frontVolume, 0)
+	s.route("DELETE /v1/volumes/{id}", s.frontVolume, 0)
 	s.route("GET /console/", s.frontAny, public)
 	s.route("/", s.frontAny, streamBody)
 }
@@ -114,6 +125,32 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
 	}
 	s.front.proxy.Forward(w, r, n, s.writeError)
+	return nil
+}
+
+// frontVolume proxies a request about one volume to the node that holds
+// its files; a volume the catalog does not know goes to any node, which
+// answers for it.
+func (s *Server) frontVolume(w http.ResponseWriter, r *http.Request) error {
+	return s.toVolumeNode(w, r, r.PathValue("id"), s.writeError)
+}
+
+// toVolumeNode proxies r, about owner's volume ref, to the volume's node.
+func (s *Server) toVolumeNode(w http.ResponseWriter, r *http.Request, ref string, fail cluster.Fail) error {
+	v, err := volume.Lookup(r.Context(), s.front.volumes, caller(r).ID, ref)
+	if err != nil {
+		return s.toAnyNode(w, r, fail)
+	}
+	return s.toNodeOf(w, r, v, fail)
+}
+
+// toNodeOf proxies r to the node that holds volume v.
+func (s *Server) toNodeOf(w http.ResponseWriter, r *http.Request, v volume.Volume, fail cluster.Fail) error {
+	n, err := s.front.dir.Node(r.Context(), v.Node)
+	if err != nil || n.State != cluster.NodeLive {
+		return fmt.Errorf("volume %s: its node %s is not live: %w", v.Name, v.Node, errdefs.ErrUnavailable)
+	}
+	s.front.proxy.Forward(w, r, n, fail)
 	return nil
 }
 
@@ -164,19 +201,54 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 	if _, err := s.createOptions(caller(r), req); err != nil {
 		return err
 	}
-	want := cluster.Want{Runtime: req.Runtime}
 	switch req.Runtime {
 	case "", "runsc", "runc":
 	default:
 		return invalid("runtime %q: want runsc or runc", errdefs.ClipN(req.Runtime, 32))
 	}
-	if req.Snapshot != "" {
-		// Snapshots live on the node that took them.
-		if snap, err := s.front.store.GetSnapshot(r.Context(), caller(r).ID, req.Snapshot); err == nil {
+	want, err := s.frontWant(r.Context(), caller(r).ID, req.Runtime, req.Template, req.Snapshot, req.Volumes)
+	if err != nil {
+		return err
+	}
+	return s.place(w, r, body.Bytes(), want)
+}
+
+// frontWant is where a create may go: a node with the runtime, and the
+// one node that holds what it starts from (its snapshot or custom
+// template) and its volumes, if it names any. What the catalog does not
+// know is left to the node to refuse.
+func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot string, vols []api.VolumeMount) (cluster.Want, error) {
+	want := cluster.Want{Runtime: runtime}
+	pin := func(node, what string) error {
+		switch {
+		case node == "" || node == want.Node:
+		case want.Node == "":
+			want.Node = node
+		default:
+			return invalid("%s is on node %s, and the rest of the sandbox on node %s: they cannot meet", what, node, want.Node)
+		}
+		return nil
+	}
+	if snapshot != "" {
+		if snap, err := s.front.store.GetSnapshot(ctx, owner, snapshot); err == nil {
 			want.Node = snap.Node
 		}
 	}
-	return s.place(w, r, body.Bytes(), want)
+	if tmpl != "" && want.Node == "" {
+		node, err := s.front.catalog.Node(ctx, owner, tmpl)
+		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+			return want, err
+		}
+		want.Node = node
+	}
+	for _, m := range vols {
+		if v, err := volume.Lookup(ctx, s.front.volumes, owner, m.Volume); err == nil {
+			if err := pin(v.Node, "volume "+v.Name); err != nil {
+				return want, err
+			}
+		}
+	}
+	return want, nil
 }
 
 // place offers a create (r with body) to the live nodes that fit want,

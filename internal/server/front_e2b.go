@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,14 +66,29 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 // frontE2BControl serves E2B's control plane on a front.
 func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 	if e2b.IsCreate(r) {
-		if _, err := s.edge.Authenticate(r, edge.AnyKey); err != nil {
+		k, err := s.edge.Authenticate(r, edge.AnyKey)
+		if err != nil {
 			return err
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBytes))
 		if err != nil {
 			return fmt.Errorf("reading the request: %w", errdefs.ErrInvalidArgument)
 		}
-		return s.place(w, r, body, cluster.Want{})
+		// Only where it may go is read here; the node validates it. An
+		// E2B template id may also name a snapshot.
+		var req struct {
+			TemplateID string `json:"templateID"`
+		}
+		_ = json.Unmarshal(body, &req)
+		want, err := s.frontWant(r.Context(), k.Key.ID, "", req.TemplateID, req.TemplateID, nil)
+		if err != nil {
+			return err
+		}
+		return s.place(w, r, body, want)
+	}
+	if id, content, ok := e2b.VolumeOfPath(r.URL.Path); ok {
+		edge.StreamBody(r)
+		return s.frontE2BVolume(w, r, id, content)
 	}
 	raw, ok := e2b.SandboxOfPath(r.URL.Path)
 	if !ok {
@@ -114,4 +130,21 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 // e2bProblem answers err in E2B's error shape.
 func (s *Server) e2bProblem(w http.ResponseWriter, r *http.Request, err error) {
 	e2b.WriteProblem(w, r, s.edge, err)
+}
+
+// frontE2BVolume proxies E2B's requests about one volume to its node: the
+// owner's (API key) by id or name, the content API's (the volume's token,
+// which only that node can check) by id.
+func (s *Server) frontE2BVolume(w http.ResponseWriter, r *http.Request, id string, content bool) error {
+	if !content {
+		if _, err := s.edge.Authenticate(r, edge.AnyKey); err != nil {
+			return err
+		}
+		return s.toVolumeNode(w, r, id, s.e2bProblem)
+	}
+	v, err := s.front.volumes.GetVolume(r.Context(), id)
+	if err != nil {
+		return s.toAnyNode(w, r, s.e2bProblem) // it answers for an unknown volume
+	}
+	return s.toNodeOf(w, r, v, s.e2bProblem)
 }

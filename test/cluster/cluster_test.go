@@ -621,6 +621,54 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a sandbox with a volume goes to the volume's node", func(t *testing.T) {
+		// A key of its own (made through a front, held in the catalog):
+		// the admin key is at node-a's quota.
+		k, err := fronts[0].CreateKey(ctx, api.CreateKeyRequest{Name: "volumes"})
+		if err != nil {
+			t.Fatalf("creating a key through a front: %v", err)
+		}
+		fronts := []*client.Client{client.New(front1.url, k.Secret), client.New(front2.url, k.Secret)}
+		vol, err := fronts[0].CreateVolume(ctx, "cluster-data", 32<<20)
+		if err != nil {
+			t.Fatalf("creating a volume through a front: %v", err)
+		}
+		rec, err := w.catalog.GetVolume(ctx, vol.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			sb, err := fronts[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc",
+				Volumes: []api.VolumeMount{{Volume: "cluster-data", Path: "/mnt/data"}}})
+			if err != nil {
+				t.Fatalf("creating a sandbox with the volume: %v", err)
+			}
+			if n := w.nodeOf(sb.ID); n != rec.Node {
+				t.Errorf("sandbox %s with volume on %s placed on %s", sb.ID, rec.Node, n)
+			}
+			out, err := fronts[(i+1)%2].Output(ctx, sb.ID, api.CommandRequest{Cmd: fmt.Sprintf("echo %d >> /mnt/data/log; cat /mnt/data/log", i)})
+			if err != nil || strings.Fields(out.Stdout)[len(strings.Fields(out.Stdout))-1] != fmt.Sprint(i) {
+				t.Errorf("using the volume in %s: %+v, %v", sb.ID, out, err)
+			}
+			if err := fronts[i%2].KillSandbox(ctx, sb.ID); err != nil {
+				t.Errorf("killing %s: %v", sb.ID, err)
+			}
+		}
+		if _, err := fronts[1].GetVolume(ctx, "cluster-data"); err != nil {
+			t.Errorf("getting the volume through the other front: %v", err)
+		}
+		if err := fronts[1].DeleteVolume(ctx, "cluster-data"); err != nil {
+			t.Errorf("deleting the volume through the other front: %v", err)
+		}
+		dataDir := map[string]string{}
+		for _, p := range nodes {
+			dataDir[p.name] = p.cmd.Args[slices.Index(p.cmd.Args, "--data-dir")+1]
+		}
+		if _, err := os.Stat(filepath.Join(dataDir[rec.Node], "volumes", vol.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the deleted volume's files on %s: %v, want them gone", rec.Node, err)
+		}
+	})
+
 	t.Run("a list through one front sees all", func(t *testing.T) {
 		listed := map[string]string{}
 		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
