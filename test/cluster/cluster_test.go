@@ -637,12 +637,27 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A volume stays mounted on its node: a failed step must still
+		// delete it, after the sandboxes that use it.
+		var made []string
+		deleted := false
+		t.Cleanup(func() {
+			for _, id := range made {
+				_ = fronts[0].KillSandbox(context.Background(), id)
+			}
+			if !deleted {
+				if err := fronts[0].DeleteVolume(context.Background(), vol.ID); err != nil {
+					t.Errorf("deleting the volume: %v", err)
+				}
+			}
+		})
 		for i := range 3 {
 			sb, err := fronts[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc",
 				Volumes: []api.VolumeMount{{Volume: "cluster-data", Path: "/mnt/data"}}})
 			if err != nil {
 				t.Fatalf("creating a sandbox with the volume: %v", err)
 			}
+			made = append(made, sb.ID)
 			if n := w.nodeOf(sb.ID); n != rec.Node {
 				t.Errorf("sandbox %s with volume on %s placed on %s", sb.ID, rec.Node, n)
 			}
@@ -660,6 +675,7 @@ func TestCluster(t *testing.T) {
 		if err := fronts[1].DeleteVolume(ctx, "cluster-data"); err != nil {
 			t.Errorf("deleting the volume through the other front: %v", err)
 		}
+		deleted = true
 		dataDir := map[string]string{}
 		for _, p := range nodes {
 			dataDir[p.name] = p.cmd.Args[slices.Index(p.cmd.Args, "--data-dir")+1]
