@@ -45,12 +45,21 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	case len(fit) == 0:
 		return nil, fmt.Errorf("no live node has a free slot for runtime %q: %w", orDefault(want.Runtime), errdefs.ErrResourceExhausted)
 	}
-	rand.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
+	// Sort indices with each load computed once: Nodes are large to swap.
+	idx := rand.Perm(len(fit))
+	load := make([]float64, len(fit))
+	for i, n := range fit {
+		load[i] = Load(n)
+	}
 	k = min(max(k, 1), len(fit))
-	byLoad := func(a, b Node) int { return cmp.Compare(Load(a), Load(b)) }
-	slices.SortStableFunc(fit[:k], byLoad)
-	slices.SortStableFunc(fit[k:], byLoad)
-	return fit, nil
+	byLoad := func(a, b int) int { return cmp.Compare(load[a], load[b]) }
+	slices.SortStableFunc(idx[:k], byLoad)
+	slices.SortStableFunc(idx[k:], byLoad)
+	out := make([]Node, len(fit))
+	for i, j := range idx {
+		out[i] = fit[j]
+	}
+	return out, nil
 }
 
 func orDefault(rt string) string {

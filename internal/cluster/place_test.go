@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -87,5 +88,25 @@ func TestPlaceSamplesK(t *testing.T) {
 		if first[name] < 50 {
 			t.Errorf("first choices with K=1: %v; want each node often", first)
 		}
+	}
+}
+
+// BenchmarkPlace: a front's placement decision over a large cluster (the
+// catalog query it follows is not included).
+func BenchmarkPlace(b *testing.B) {
+	for _, size := range []int{10, 1000} {
+		ns := make([]cluster.Node, size)
+		for i := range ns {
+			ns[i] = n(fmt.Sprintf("node-%d", i), i%50, 64, "runc", "runsc")
+		}
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			work := make([]cluster.Node, size)
+			for b.Loop() {
+				copy(work, ns)
+				if _, err := cluster.Place(work, cluster.Want{Runtime: "runsc"}, 3); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
