@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -85,10 +86,17 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 	rp.ServeHTTP(w, r)
 }
 
+// ErrNotDelivered marks a Send that never reached the node (it could not
+// be connected to): the request was certainly not acted on, so another
+// node may be tried. A request that reached the node and got no answer
+// may have been acted on, and must not be sent elsewhere.
+var ErrNotDelivered = errors.New("request not delivered")
+
 // Send sends a copy of r with body to node n (the path and query of r,
 // the client's headers, the cluster token) and returns the node's
 // answer, for a caller that may try another node. A node that does not
-// answer is errdefs.ErrUnavailable naming it.
+// answer is errdefs.ErrUnavailable naming it, and also ErrNotDelivered
+// when it could not be connected to.
 func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) (*http.Response, error) {
 	u, err := url.Parse(n.URL)
 	if err != nil {
@@ -113,6 +121,9 @@ func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) 
 			return nil, ctx.Err()
 		}
 		p.log.Warn("sending to node", "node", n.Name, "url", n.URL, "err", err)
+		if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+			return nil, fmt.Errorf("node %s is not answering: %w: %w", n.Name, errdefs.ErrUnavailable, ErrNotDelivered)
+		}
 		return nil, fmt.Errorf("node %s is not answering: %w", n.Name, errdefs.ErrUnavailable)
 	}
 	return resp, nil

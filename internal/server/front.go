@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/api"
@@ -49,6 +50,7 @@ type front struct {
 	dir     *cluster.Directory
 	proxy   *cluster.Proxy
 	k       int
+	routes  routes
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -66,11 +68,12 @@ func (c frontRecords) List(ctx context.Context, f sandbox.Filter) ([]sandbox.San
 // its front dies before releasing it.
 const reserveTTL = 2 * time.Minute
 
-// NewFront builds the API of a cluster front. It serves the native API:
-// lists and gets from the catalog, creates placed on a live node (best of
-// K, another node when one refuses), every other per-sandbox route
-// proxied to the sandbox's node, and the remaining routes (keys,
-// templates, volumes, snapshots, E2B's API) proxied to any live node.
+// NewFront builds the API of a cluster front (docs/cluster.md): lists and
+// gets from the catalog; creates placed on a live node (best of K, pinned
+// to the node that holds their snapshot, template or volumes, another
+// node when one refuses); every other request about one sandbox or
+// volume proxied to its node; E2B's API likewise (front_e2b.go); the
+// remaining routes (keys, templates, listings, MCP) to any live node.
 func NewFront(o FrontOptions) *Server {
 	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version})
 	s.records = frontRecords{o.Records}
@@ -103,6 +106,17 @@ func (s *Server) registerFront() {
 // here: its kill succeeds, anything else is failed_precondition with its
 // reason.
 func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	// A sandbox routed before, on a live node: no catalog read.
+	if rt, ok := s.front.routes.get(id); ok && rt.owner == caller(r).ID {
+		if n, err := s.front.dir.Node(r.Context(), rt.node); err == nil && n.State == cluster.NodeLive {
+			s.front.proxy.Forward(w, r, n, s.writeError)
+			return nil
+		}
+	}
 	sb, err := s.lookup(r)
 	if err != nil {
 		return err
@@ -124,8 +138,39 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	if n.State != cluster.NodeLive {
 		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
 	}
+	s.front.routes.put(sb.ID, route{owner: sb.Owner, node: sb.Node})
 	s.front.proxy.Forward(w, r, n, s.writeError)
 	return nil
+}
+
+// routes remembers the owner and node of the sandboxes a front routed.
+// Neither ever changes, so a busy sandbox costs the catalog one read, not
+// one per request; what does change (the sandbox ended, its node was
+// lost) is the node's to answer, or sends the front back to the catalog.
+type routes struct {
+	mu sync.Mutex
+	m  map[sandbox.ID]route
+}
+
+type route struct{ owner, node string }
+
+// maxRoutes bounds the routes remembered; on overflow they start afresh.
+const maxRoutes = 100_000
+
+func (rs *routes) get(id sandbox.ID) (route, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	rt, ok := rs.m[id]
+	return rt, ok
+}
+
+func (rs *routes) put(id sandbox.ID, rt route) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.m == nil || len(rs.m) >= maxRoutes {
+		rs.m = map[sandbox.ID]route{}
+	}
+	rs.m[id] = rt
 }
 
 // frontVolume proxies a request about one volume to the node that holds
@@ -262,12 +307,23 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	if err != nil {
 		return fmt.Errorf("placing the sandbox: %w", err)
 	}
-	var refusal *http.Response
+	var (
+		refusal *http.Response
+		last    error
+	)
 	for _, n := range order {
 		resp, err := s.offer(r, body, n)
-		if err != nil {
+		switch {
+		case r.Context().Err() != nil:
+			return r.Context().Err() // the client went away
+		case err != nil && (errors.Is(err, errReserving) || errors.Is(err, cluster.ErrNotDelivered)):
 			s.log.Info("create passed over a node", "node", n.Name, "err", err)
+			last = err
 			continue
+		case err != nil:
+			// It reached the node, which may have made the sandbox:
+			// another node would make a second one.
+			return fmt.Errorf("creating the sandbox: %w", err)
 		}
 		if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 			return cluster.CopyResponse(w, resp)
@@ -278,15 +334,19 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	if refusal != nil {
 		return cluster.CopyResponse(w, refusal)
 	}
-	return fmt.Errorf("placing the sandbox: no node took it (%d tried): %w", len(order), errdefs.ErrUnavailable)
+	return fmt.Errorf("placing the sandbox: no node took it (%d tried; the last: %w)", len(order), last)
 }
+
+// errReserving marks a create that got no slot on a node (full, lost):
+// it was not sent there.
+var errReserving = errors.New("reserving a slot")
 
 // offer reserves a slot on n and sends it the create; the reservation
 // is released once n answered (its record, if any, holds the slot now).
 func (s *Server) offer(r *http.Request, body []byte, n cluster.Node) (*http.Response, error) {
 	res, err := s.front.nodes.Reserve(r.Context(), n.Name, reserveTTL)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", errReserving, err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)

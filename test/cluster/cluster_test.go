@@ -528,19 +528,25 @@ func TestCluster(t *testing.T) {
 	t.Run("the proxy's cost per command", func(t *testing.T) {
 		id := spread["node-c"][0]
 		direct := client.New(nodes[2].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
-		per := func(c *client.Client) time.Duration {
-			const n = 30
+		one := func(c *client.Client) time.Duration {
 			start := time.Now()
-			for range n {
-				if _, err := c.Output(ctx, id, api.CommandRequest{Args: []string{"true"}}); err != nil {
-					t.Fatal(err)
-				}
+			if _, err := c.Output(ctx, id, api.CommandRequest{Args: []string{"true"}}); err != nil {
+				t.Fatal(err)
 			}
-			return time.Since(start) / n
+			return time.Since(start)
 		}
-		per(fronts[0]) // warm both paths' connections
-		d, f := per(direct), per(fronts[0])
-		t.Logf("a command round trip: %v straight to the node, %v through a front (+%v)", d.Round(10*time.Microsecond),
+		// Interleaved, and the medians: this machine is shared and noisy.
+		var ds, fs []time.Duration
+		for i := range 31 {
+			d, f := one(direct), one(fronts[0])
+			if i > 0 { // the first warms both paths' connections
+				ds, fs = append(ds, d), append(fs, f)
+			}
+		}
+		slices.Sort(ds)
+		slices.Sort(fs)
+		d, f := ds[len(ds)/2], fs[len(fs)/2]
+		t.Logf("a command round trip (median of 30): %v straight to the node, %v through a front (+%v)", d.Round(10*time.Microsecond),
 			f.Round(10*time.Microsecond), (f - d).Round(10*time.Microsecond))
 	})
 
@@ -727,6 +733,18 @@ func TestCluster(t *testing.T) {
 		}
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("the dead node's request took %v, want it to fail fast", d)
+		}
+		// Creates meanwhile pass over it (its connection is refused:
+		// nothing was delivered, so another node may take them).
+		for range 2 {
+			sb, err := fronts[1].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"})
+			if err != nil {
+				t.Fatalf("create while a node is dead but not yet lost: %v", err)
+			}
+			if n := w.nodeOf(sb.ID); n == victim.name {
+				t.Errorf("sandbox %s placed on dead node %s", sb.ID, n)
+			}
+			ids = append(ids, sb.ID)
 		}
 	})
 	t.Run("a killed node's sandboxes are reported lost", func(t *testing.T) {
