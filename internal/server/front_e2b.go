@@ -11,6 +11,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/proxy"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
 
@@ -59,8 +60,29 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 		e2b.WriteGone(w, rawID)
 		return
 	}
+	// The node checks credentials; requests that carry none at all are
+	// held to this front's cap on anonymous requests, as public routes
+	// are on a node.
+	if !carriesCredential(r) {
+		if err := s.edge.Admit(r, false); err != nil {
+			w.Header().Set("Connection", "close")
+			e2b.WriteProblem(w, r, s.edge, err)
+			return
+		}
+	}
 	e2b.RouteByHeaders(r, rawID, port)
 	s.front.proxy.Forward(w, r, n, func(w http.ResponseWriter, _ *http.Request, _ error) { e2b.WriteGone(w, rawID) })
+}
+
+// carriesCredential reports whether a data-plane request carries anything
+// that may be a credential: a token, an API key or a URL signature.
+func carriesCredential(r *http.Request) bool {
+	for _, h := range []string{"X-Access-Token", proxy.HeaderTrafficToken, "X-Api-Key", "Authorization"} {
+		if r.Header.Get(h) != "" {
+			return true
+		}
+	}
+	return r.URL.Query().Get("signature") != ""
 }
 
 // frontE2BControl serves E2B's control plane on a front.

@@ -158,6 +158,8 @@ func (s *Server) clusterGuard(token string, next http.Handler) http.Handler {
 			return
 		}
 		r.Header.Del(cluster.TokenHeader)
+		// A front's keep-alive connections are never a slow client's.
+		s.edge.TrustConn(r)
 		// One id for the front's log line and the node's.
 		edge.AdoptRequestID(w, r, r.Header.Get(cluster.RequestIDHeader))
 		r.Header.Del(cluster.RequestIDHeader)
