@@ -9,7 +9,7 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test fuzz soak bench clean console-vendor
+.PHONY: setup deps build run test fuzz soak bench clean console-vendor image
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached)
@@ -21,6 +21,13 @@ deps:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln-agent ./cmd/kiln-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
+
+## image: Kiln's container image, built without a container engine
+## (cmd/kiln-image): the base template's Debian root filesystem plus kiln,
+## kiln-agent, runsc and runc, as the OCI image layout bin/kiln-image and the
+## docker-save tarball bin/kiln-image.tar (deploy/helm/kiln/README.md)
+image: setup
+	$(GO) run ./cmd/kiln-image -tag kiln:$(VERSION) -out bin/kiln-image -tar bin/kiln-image.tar
 
 ## setup: deps, build, and the built-in templates (base, then code-interpreter on
 ## base's layers), built by the template engine; the first build takes minutes
