@@ -123,8 +123,9 @@ job "kiln-node" {
       }
 
       # SIGTERM, then kiln's own shutdown grace (10 s) for in-flight
-      # requests and streams. Nomad then kills every process left in the
-      # task's cgroup: the node's sandbox shims too (README.md, "Restarts").
+      # requests and streams. Sandboxes run in cgroups of their own and
+      # outlive the process: a node back within the lost window re-adopts
+      # them (README.md, "Restarts and draining").
       kill_signal  = "SIGTERM"
       kill_timeout = "30s"
 
