@@ -13,6 +13,10 @@ LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached)
+## (Nomad and Helm, which only test/nomad and test/helm need, are built by
+## those tests themselves: scripts/install-nomad.sh, scripts/install-helm.sh,
+## cached in /usr/local/lib/kiln; a cold CI machine then builds them while
+## other test packages run, instead of before every test starts)
 deps:
 	@scripts/setup-deps.sh
 	@scripts/install-runsc.sh
