@@ -208,7 +208,8 @@ func (c *nomadCluster) start(a *agent) {
 	a.cmd.Env = append(os.Environ(), c.marker())
 	// Its own process group: a signal to the test's group spares it, and
 	// the tasks' executors outlive a client as they would in production.
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A test binary that dies (a timeout) still takes the agents along.
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := a.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
