@@ -29,9 +29,10 @@ build:
 ## image: Kiln's container image, built without a container engine
 ## (cmd/kiln-image): the base template's Debian root filesystem plus kiln,
 ## kiln-agent, runsc and runc, as the OCI image layout bin/kiln-image and the
-## docker-save tarball bin/kiln-image.tar (deploy/helm/kiln/README.md)
+## docker-save tarball bin/kiln-image.tar; PUSH=host/repo:tag pushes it too
+## (deploy/helm/kiln/README.md)
 image: setup
-	$(GO) run ./cmd/kiln-image -tag kiln:$(VERSION) -out bin/kiln-image -tar bin/kiln-image.tar
+	$(GO) run ./cmd/kiln-image -tag kiln:$(VERSION) -out bin/kiln-image -tar bin/kiln-image.tar $(if $(PUSH),-push $(PUSH))
 
 ## setup: deps, build, and the built-in templates (base, then code-interpreter on
 ## base's layers), built by the template engine; the first build takes minutes

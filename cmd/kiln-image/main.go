@@ -1,7 +1,7 @@
 // Command kiln-image writes Kiln's container image without a container
 // engine (`make image`): the built template's Debian root filesystem plus
 // kiln, kiln-agent, runsc and runc, as an OCI image layout and a
-// `docker save` tarball (internal/release).
+// `docker save` tarball (internal/release), and optionally pushes it.
 package main
 
 import (
@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string) error {
 	out := fs.String("out", "bin/kiln-image", "the OCI image layout dir to write")
 	tarball := fs.String("tar", "bin/kiln-image.tar", "the docker-save tarball to write too (\"\": none)")
 	tag := fs.String("tag", "kiln:dev", "the image's name")
+	push := fs.String("push", "", "a registry reference (host/repo:tag) to push the image to as well")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	start := time.Now()
 	digest, err := release.Build(ctx, release.Options{Rootfs: t.Layers, Kiln: *kiln, Agent: *agent, Runsc: *runsc,
-		Runc: *runc, Tag: *tag, Layout: *out, Tarball: *tarball})
+		Runc: *runc, Tag: *tag, Layout: *out, Tarball: *tarball, Push: *push})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,8 @@
 // base, turned into OCI layers) plus one layer with kiln, kiln-agent,
 // runsc and runc, written as an OCI image layout and, optionally, a
 // `docker save` tarball that `ctr images import`, `docker load` and
-// `skopeo copy docker-archive:` take. Nothing is pulled from a registry.
+// `skopeo copy docker-archive:` take, and optionally pushed to a
+// registry. Nothing is pulled from a registry.
 package release
 
 import (
@@ -15,11 +16,13 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
@@ -50,6 +53,9 @@ type Options struct {
 	Layout string
 	// Tarball, if set, is a `docker save` tarball to write as well.
 	Tarball string
+	// Push, if set, is a registry reference (host/repo:tag) to push the
+	// image to, with the credentials of ~/.docker/config.json.
+	Push string
 	// TmpDir holds the compressed layers while the image is written
 	// ("" for the system's).
 	TmpDir string
@@ -113,6 +119,15 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 	if o.Tarball != "" {
 		if err := tarball.WriteToFile(o.Tarball, tag, img); err != nil {
 			return v1.Hash{}, fmt.Errorf("writing the image tarball: %w", err)
+		}
+	}
+	if o.Push != "" {
+		ref, err := name.ParseReference(o.Push)
+		if err != nil {
+			return v1.Hash{}, fmt.Errorf("push reference %q: %w", o.Push, err)
+		}
+		if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return v1.Hash{}, fmt.Errorf("pushing to %s: %w", ref, err)
 		}
 	}
 	return img.Digest()

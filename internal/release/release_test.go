@@ -4,15 +4,21 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 )
@@ -73,6 +79,10 @@ func TestBuild(t *testing.T) {
 		Tag:    "kiln:test",
 		Layout: filepath.Join(dir, "layout"), Tarball: filepath.Join(dir, "kiln.tar"),
 	}
+	// A registry on loopback to push to (go-containerregistry's, in memory).
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	o.Push = strings.TrimPrefix(reg.URL, "http://") + "/kiln:test"
 	digest, err := Build(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +117,18 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, img := range map[string]v1.Image{"layout": fromLayout, "tarball": fromTar} {
+	ref, err := name.ParseReference(o.Push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := remote.Image(ref, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pulling the pushed image back: %v", err)
+	}
+	if d, err := pushed.Digest(); err != nil || d != digest {
+		t.Errorf("pushed image's digest %v, %v; want %v", d, err, digest)
+	}
+	for name, img := range map[string]v1.Image{"layout": fromLayout, "tarball": fromTar, "registry": pushed} {
 		cf, err := img.ConfigFile()
 		if err != nil {
 			t.Fatal(err)
