@@ -106,7 +106,7 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return s.place(w, r, body, want)
+		return s.place(w, r, body, want, s.reservation(k.Key, 0))
 	}
 	if id, content, ok := e2b.VolumeOfPath(r.URL.Path); ok {
 		edge.StreamBody(r)

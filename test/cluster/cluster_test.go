@@ -691,6 +691,52 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a key's quota holds across the cluster", func(t *testing.T) {
+		k, err := fronts[0].CreateKey(ctx, api.CreateKeyRequest{Name: "quota", MaxSandboxes: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := []*client.Client{client.New(front1.url, k.Secret), client.New(front2.url, k.Secret)}
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			made []string
+			over int
+		)
+		for i := range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sb, err := fs[i%2].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"})
+				var ce *client.Error
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					made = append(made, sb.ID)
+				case errors.As(err, &ce) && ce.Status == http.StatusTooManyRequests && strings.Contains(ce.Message, "quota"):
+					over++
+				default:
+					t.Errorf("create: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(made) != 3 || over != 2 {
+			t.Errorf("5 concurrent creates through two fronts for a key of 3: %d made, %d refused; want 3 and 2", len(made), over)
+		}
+		for i, id := range made {
+			if err := fs[i%2].KillSandbox(ctx, id); err != nil {
+				t.Errorf("killing %s: %v", id, err)
+			}
+		}
+		if sb, err := fs[1].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"}); err != nil {
+			t.Errorf("a create once the key's sandboxes are killed: %v", err)
+		} else if err := fs[1].KillSandbox(ctx, sb.ID); err != nil {
+			t.Errorf("killing %s: %v", sb.ID, err)
+		}
+	})
+
 	t.Run("a list through one front sees all", func(t *testing.T) {
 		listed := map[string]string{}
 		for sb, err := range fronts[1].AllSandboxes(ctx, client.ListFilter{States: []string{"running"}}) {
