@@ -54,11 +54,12 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			volumes = excluded.volumes
 		RETURNING xmax = 0 AS inserted)
 		DELETE FROM node_reservations WHERE id = (
-			SELECT r.id FROM node_reservations r, put WHERE put.inserted AND r.node = $12 AND r.owner = $11
+			SELECT r.id FROM node_reservations r, put WHERE put.inserted AND $22 AND r.node = $12 AND r.owner = $11
 			ORDER BY r.expires_at LIMIT 1)`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
 		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols,
+		!sb.State.Terminal())
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}

@@ -41,7 +41,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)`, string(sb.ID)).Scan(&exists); err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
-	if !exists {
+	if !exists && !sb.State.Terminal() {
 		// A new record takes the place of one reservation its owner holds
 		// on its node (a cluster front's placement, internal/cluster), in
 		// the same transaction: counted once, never twice nor not at all.
