@@ -75,7 +75,7 @@ const reserveTTL = 2 * time.Minute
 // volume proxied to its node; E2B's API likewise (front_e2b.go); the
 // remaining routes (keys, templates, listings, MCP) to any live node.
 func NewFront(o FrontOptions) *Server {
-	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version})
+	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version, Nodes: o.Nodes})
 	s.records = frontRecords{o.Records}
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
@@ -90,6 +90,7 @@ func NewFront(o FrontOptions) *Server {
 
 func (s *Server) registerFront() {
 	s.route("GET /healthz", s.health, public)
+	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 	s.route("POST /v1/sandboxes", s.frontCreate, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
 	s.route("GET /v1/sandboxes/{id}", s.getSandbox, 0)

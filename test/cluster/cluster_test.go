@@ -279,6 +279,22 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
+	t.Run("a front lists the nodes", func(t *testing.T) {
+		ns, err := fronts[1].Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var live []string
+		for _, n := range ns {
+			if n.State == "live" && n.Slots > 0 && slices.Contains(n.Runtimes, "runc") && slices.Contains(n.Templates, "base") {
+				live = append(live, n.Name)
+			}
+		}
+		if !slices.Equal(live, []string{"node-a", "node-b", "node-c"}) {
+			t.Errorf("GET /v1/nodes through a front: %+v; want node-a, b and c live with slots, runc and base", ns)
+		}
+	})
+
 	t.Run("node port refuses requests without the token", func(t *testing.T) {
 		for _, tok := range []string{"", "wrong-token-wrong-token-wrong-token"} {
 			req, _ := http.NewRequest("GET", nodes[0].url+"/v1/sandboxes", nil)
@@ -811,7 +827,16 @@ func TestCluster(t *testing.T) {
 			}
 		}
 		t.Logf("lost reported %v after the kill", time.Since(killedAt).Round(time.Millisecond))
-		_, err := fronts[1].Output(ctx, lost[0], api.CommandRequest{Cmd: "true"})
+		ns, err := fronts[0].Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if n.Name == victim.name && (n.State != "lost" || !strings.Contains(n.Reason, "no heartbeat")) {
+				t.Errorf("GET /v1/nodes shows the killed node as %+v, want lost with a reason", n)
+			}
+		}
+		_, err = fronts[1].Output(ctx, lost[0], api.CommandRequest{Cmd: "true"})
 		var ce *client.Error
 		if !errors.As(err, &ce) || ce.Status != http.StatusConflict || !strings.Contains(ce.Message, "lost") {
 			t.Errorf("command on a lost sandbox: %v; want 409 naming the loss", err)
