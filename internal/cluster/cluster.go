@@ -123,6 +123,18 @@ func QuotaError(r Reservation, sandboxes int, memory int64) error {
 	return nil
 }
 
+// SlotError is the error of a reservation on node, in state, with
+// used of its slots taken: nil when it may take one more.
+func SlotError(node, state string, slots, used int) error {
+	if state != NodeLive {
+		return fmt.Errorf("node %s is %s: %w", node, state, errdefs.ErrUnavailable)
+	}
+	if used >= slots {
+		return fmt.Errorf("node %s is full (%d of %d slots): %w", node, used, slots, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
 // LostReason is the reason of a node marked lost and of its sandboxes.
 func LostReason(node string, last time.Time, silence time.Duration) string {
 	return "node " + node + " lost: no heartbeat for over " + silence.String() +

@@ -155,9 +155,6 @@ func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Dur
 	if err != nil {
 		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
-	if state != cluster.NodeLive {
-		return "", fmt.Errorf("node %s is %s: %w", r.Node, state, errdefs.ErrUnavailable)
-	}
 	var used int
 	if err := tx.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM sandboxes WHERE node = $1 AND state = ANY($2::text[])) +
@@ -165,8 +162,8 @@ func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Dur
 		r.Node, cluster.Active).Scan(&used); err != nil {
 		return "", fmt.Errorf("counting node %s load: %w", r.Node, err)
 	}
-	if used >= slots {
-		return "", fmt.Errorf("node %s is full (%d of %d slots): %w", r.Node, used, slots, errdefs.ErrResourceExhausted)
+	if err := cluster.SlotError(r.Node, state, slots, used); err != nil {
+		return "", err
 	}
 	id := cluster.NewReservationID()
 	if _, err := tx.Exec(ctx, `DELETE FROM node_reservations WHERE node = $1 AND expires_at <= now()`, r.Node); err != nil {

@@ -170,17 +170,14 @@ func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Dur
 	if err != nil {
 		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
-	if state != cluster.NodeLive {
-		return "", fmt.Errorf("node %s is %s: %w", r.Node, state, errdefs.ErrUnavailable)
-	}
 	var used int
 	if err := tx.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM sandboxes WHERE node = ? AND state IN `+active+`) +
 		(SELECT count(*) FROM node_reservations WHERE node = ? AND expires_at > ?)`, r.Node, r.Node, now).Scan(&used); err != nil {
 		return "", fmt.Errorf("counting node %s load: %w", r.Node, err)
 	}
-	if used >= slots {
-		return "", fmt.Errorf("node %s is full (%d of %d slots): %w", r.Node, used, slots, errdefs.ErrResourceExhausted)
+	if err := cluster.SlotError(r.Node, state, slots, used); err != nil {
+		return "", err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM node_reservations WHERE node = ? AND expires_at <= ?`, r.Node, now); err != nil {
 		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
