@@ -6,16 +6,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	goruntime "runtime"
-	"time"
 
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
-	"github.com/kiln-sh/kiln/internal/template"
 )
 
 // serveFront runs a cluster front: the public API over the catalog, no
@@ -40,48 +36,14 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 // joinCluster registers this node in the catalog, then keeps its
 // heartbeat and sweeps for lost nodes in the background until ctx ends.
 func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, name string, addr net.Addr, log *slog.Logger) error {
-	log = log.With("component", "cluster")
-	total, _, err := cluster.Meminfo()
+	self, err := cluster.Host(name, advertiseURL(cfg, addr), cfg.Cluster.Slots, map[string]string{"runsc": cfg.RunscPath, "runc": cfg.RuncPath})
 	if err != nil {
-		return fmt.Errorf("reading the host's memory: %w", err)
-	}
-	var runtimes []string
-	for _, rt := range []struct{ name, path string }{{"runsc", cfg.RunscPath}, {"runc", cfg.RuncPath}} {
-		if _, err := exec.LookPath(rt.path); err == nil {
-			runtimes = append(runtimes, rt.name)
-		}
-	}
-	self := cluster.Node{
-		Name: name, URL: advertiseURL(cfg, addr), CPUs: float64(goruntime.NumCPU()), MemoryBytes: total,
-		Slots: cfg.Cluster.Slots, Runtimes: runtimes, StartedAt: time.Now().UTC(),
-	}
-	describe := func() cluster.Node {
-		n := self
-		if ts, err := template.List(cfg.DataDir); err == nil {
-			for _, t := range ts {
-				n.Templates = append(n.Templates, t.Name)
-			}
-		}
-		return n
-	}
-	// Back from lost: clients were told its sandboxes are gone, so they
-	// must be, with the catalog's reason.
-	revived := func(ctx context.Context) {
-		for _, sb := range m.Live() {
-			rec, err := st.GetSandbox(ctx, sb.ID)
-			if err != nil || !rec.State.Terminal() {
-				continue
-			}
-			if err := m.Fail(ctx, sb.ID, rec.Reason); err != nil {
-				log.Warn("ending a sandbox the catalog failed", "sandbox_id", sb.ID, "err", err)
-			}
-		}
-	}
-	if err := cluster.Heartbeat(ctx, st, cfg.Cluster.Heartbeat, describe, revived, log); err != nil {
 		return err
 	}
-	go cluster.Sweep(ctx, st, cfg.Cluster.Heartbeat, cfg.Cluster.Silence(), log)
-	return nil
+	return cluster.Join(ctx, cluster.Member{
+		Nodes: st, Records: st, Sandboxes: m, Self: self, DataDir: cfg.DataDir,
+		Interval: cfg.Cluster.Heartbeat, Silence: cfg.Cluster.Silence(), Log: log.With("component", "cluster"),
+	})
 }
 
 // clusterNodeName is this node's name: the configured one, else the

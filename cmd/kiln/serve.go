@@ -180,7 +180,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
 		Builder: bld, Templates: st, Catalog: catalog, Volumes: vols,
-		ClusterToken: clusterToken(cfg.Cluster),
+		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
 	})
 	if nodeName != "" {
 		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {

@@ -13,7 +13,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
 // States of a node in the catalog.
@@ -73,16 +77,62 @@ type Store interface {
 	// it marked. Concurrent callers (every front and node sweeps) never
 	// mark one node twice.
 	MarkLost(ctx context.Context, silence time.Duration) ([]Node, error)
-	// Reserve admits one more sandbox on node: atomically, if the node is
-	// live and its sandboxes that have not ended plus its unexpired
-	// reservations are fewer than its slots, it records a reservation
-	// that expires after ttl and returns its id. A full node is
-	// errdefs.ErrResourceExhausted, a lost one errdefs.ErrUnavailable, an
+	// Reserve admits one more sandbox, atomically: if its owner stays
+	// within its quota across the cluster (its sandboxes that have not
+	// ended on every node plus its unexpired reservations), and the node
+	// is live with fewer sandboxes that have not ended plus unexpired
+	// reservations than its slots, it records a reservation that expires
+	// after ttl and returns its id. Over quota or a full node is
+	// errdefs.ErrResourceExhausted, a lost node errdefs.ErrUnavailable, an
 	// unknown one errdefs.ErrNotFound.
-	Reserve(ctx context.Context, node string, ttl time.Duration) (string, error)
-	// Release drops a reservation (the create it admitted has its record
-	// now, or failed); releasing a missing one succeeds.
+	Reserve(ctx context.Context, r Reservation, ttl time.Duration) (string, error)
+	// Release drops a reservation (the create it admitted failed);
+	// releasing a missing one succeeds. A create that succeeded needs
+	// none: PutSandbox of a new record takes the place of one
+	// reservation of its owner on its node, in the same transaction, so
+	// it is counted once, never twice nor not at all.
 	Release(ctx context.Context, id string) error
+}
+
+// Reservation is what Store.Reserve is asked for one create.
+type Reservation struct {
+	Node  string
+	Owner string
+	// MemoryBytes is the create's memory limit, counted against
+	// MaxMemoryBytes with the memory of the owner's other sandboxes.
+	MemoryBytes int64
+	// The owner's quota across the cluster; 0 is no limit.
+	MaxSandboxes   int
+	MaxMemoryBytes int64
+}
+
+// ErrOverQuota marks a reservation over its owner's quota (and is
+// errdefs.ErrResourceExhausted too): no node can take it.
+var ErrOverQuota = errors.New("quota")
+
+// QuotaError is the error of a reservation by an owner who holds
+// sandboxes (and reservations) with memory in all: nil within its
+// quota.
+func QuotaError(r Reservation, sandboxes int, memory int64) error {
+	if r.MaxSandboxes > 0 && sandboxes+1 > r.MaxSandboxes {
+		return fmt.Errorf("%w: at most %d concurrent sandboxes across the cluster: %w", ErrOverQuota, r.MaxSandboxes, errdefs.ErrResourceExhausted)
+	}
+	if r.MaxMemoryBytes > 0 && memory+r.MemoryBytes > r.MaxMemoryBytes {
+		return fmt.Errorf("%w: at most %d MiB of sandbox memory in total across the cluster: %w", ErrOverQuota, r.MaxMemoryBytes>>20, errdefs.ErrResourceExhausted)
+	}
+	return nil
+}
+
+// SlotError is the error of a reservation on node, in state, with
+// used of its slots taken: nil when it may take one more.
+func SlotError(node, state string, slots, used int) error {
+	if state != NodeLive {
+		return fmt.Errorf("node %s is %s: %w", node, state, errdefs.ErrUnavailable)
+	}
+	if used >= slots {
+		return fmt.Errorf("node %s is full (%d of %d slots): %w", node, used, slots, errdefs.ErrResourceExhausted)
+	}
+	return nil
 }
 
 // LostReason is the reason of a node marked lost and of its sandboxes.

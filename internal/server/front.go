@@ -75,7 +75,7 @@ const reserveTTL = 2 * time.Minute
 // volume proxied to its node; E2B's API likewise (front_e2b.go); the
 // remaining routes (keys, templates, listings, MCP) to any live node.
 func NewFront(o FrontOptions) *Server {
-	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version})
+	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version, Nodes: o.Nodes})
 	s.records = frontRecords{o.Records}
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
@@ -90,6 +90,7 @@ func NewFront(o FrontOptions) *Server {
 
 func (s *Server) registerFront() {
 	s.route("GET /healthz", s.health, public)
+	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 	s.route("POST /v1/sandboxes", s.frontCreate, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
 	s.route("GET /v1/sandboxes/{id}", s.getSandbox, 0)
@@ -255,7 +256,18 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return s.place(w, r, body.Bytes(), want)
+	return s.place(w, r, body.Bytes(), want, s.reservation(caller(r), req.Limits.MemoryBytes))
+}
+
+// reservation is what a create by k asks of the catalog besides a slot:
+// k's quota, held across the cluster, and the create's memory (memory 0
+// takes the default limit).
+func (s *Server) reservation(k apikey.Key, memory int64) cluster.Reservation {
+	if memory == 0 {
+		memory = s.cfg.Limits.DefaultMemoryBytes
+	}
+	q := s.quota(k)
+	return cluster.Reservation{Owner: k.ID, MemoryBytes: memory, MaxSandboxes: q.MaxSandboxes, MaxMemoryBytes: q.MaxMemoryBytes}
 }
 
 // frontWant is where a create may go: a node with the runtime, and the
@@ -297,8 +309,9 @@ func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot s
 }
 
 // place offers a create (r with body) to the live nodes that fit want,
-// in placement order, and writes the first answer that is not a refusal.
-func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want cluster.Want) error {
+// in placement order, reserving res on each, and writes the first answer
+// that is not a refusal. A reservation over the owner's quota ends it.
+func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want cluster.Want, res cluster.Reservation) error {
 	nodes, err := s.front.nodes.Nodes(r.Context())
 	if err != nil {
 		return fmt.Errorf("reading the node registry: %w", err)
@@ -312,10 +325,13 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 		last    error
 	)
 	for _, n := range order {
-		resp, err := s.offer(r, body, n)
+		res.Node = n.Name
+		resp, err := s.offer(r, body, n, res)
 		switch {
 		case r.Context().Err() != nil:
 			return r.Context().Err() // the client went away
+		case errors.Is(err, cluster.ErrOverQuota):
+			return fmt.Errorf("creating sandbox: %w", err)
 		case err != nil && (errors.Is(err, errReserving) || errors.Is(err, cluster.ErrNotDelivered)):
 			s.log.Info("create passed over a node", "node", n.Name, "err", err)
 			last = err
@@ -337,25 +353,30 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	return fmt.Errorf("placing the sandbox: no node took it (%d tried; the last: %w)", len(order), last)
 }
 
-// errReserving marks a create that got no slot on a node (full, lost):
-// it was not sent there.
+// errReserving marks a create that got no slot on a node (full, lost,
+// or its owner over quota): it was not sent there.
 var errReserving = errors.New("reserving a slot")
 
-// offer reserves a slot on n and sends it the create; the reservation
-// is released once n answered (its record, if any, holds the slot now).
-func (s *Server) offer(r *http.Request, body []byte, n cluster.Node) (*http.Response, error) {
-	res, err := s.front.nodes.Reserve(r.Context(), n.Name, reserveTTL)
+// offer reserves res (a slot on node n) and sends n the create. The
+// sandbox's record takes the reservation's place when the node writes it
+// (the store does that); a create that did not succeed releases it.
+func (s *Server) offer(r *http.Request, body []byte, n cluster.Node, res cluster.Reservation) (*http.Response, error) {
+	id, err := s.front.nodes.Reserve(r.Context(), res, reserveTTL)
+	if errors.Is(err, cluster.ErrOverQuota) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errReserving, err)
 	}
-	defer func() {
+	resp, err := s.front.proxy.Send(r.Context(), r, body, n)
+	if err != nil || resp.StatusCode >= 300 {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 		defer cancel()
-		if err := s.front.nodes.Release(ctx, res); err != nil {
-			s.log.Warn("releasing a placement", "node", n.Name, "err", err)
+		if err := s.front.nodes.Release(ctx, id); err != nil {
+			s.log.Warn("releasing a placement", "node", res.Node, "err", err)
 		}
-	}()
-	return s.front.proxy.Send(r.Context(), r, body, n)
+	}
+	return resp, err
 }
 
 // keepRefusal reads a bounded copy of a node's refusal and closes it.

@@ -50,6 +50,16 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 		return
 	}
 	edge.Annotate(r, rawID)
+	// The node checks credentials; requests that carry none at all are
+	// held to this front's cap on anonymous requests (before they cost a
+	// catalog read), as public routes are on a node.
+	if !carriesCredential(r) {
+		if err := s.edge.Admit(r, false); err != nil {
+			w.Header().Set("Connection", "close")
+			e2b.WriteProblem(w, r, s.edge, err)
+			return
+		}
+	}
 	sb, err := s.front.store.GetSandbox(r.Context(), id)
 	if err != nil || sb.State.Terminal() {
 		e2b.WriteGone(w, rawID)
@@ -59,16 +69,6 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 	if err != nil || n.State != cluster.NodeLive {
 		e2b.WriteGone(w, rawID)
 		return
-	}
-	// The node checks credentials; requests that carry none at all are
-	// held to this front's cap on anonymous requests, as public routes
-	// are on a node.
-	if !carriesCredential(r) {
-		if err := s.edge.Admit(r, false); err != nil {
-			w.Header().Set("Connection", "close")
-			e2b.WriteProblem(w, r, s.edge, err)
-			return
-		}
 	}
 	e2b.RouteByHeaders(r, rawID, port)
 	s.front.proxy.Forward(w, r, n, func(w http.ResponseWriter, _ *http.Request, _ error) { e2b.WriteGone(w, rawID) })
@@ -106,7 +106,7 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return s.place(w, r, body, want)
+		return s.place(w, r, body, want, s.reservation(k.Key, 0))
 	}
 	if id, content, ok := e2b.VolumeOfPath(r.URL.Path); ok {
 		edge.StreamBody(r)

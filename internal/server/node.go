@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
 // nodeInfo answers GET /v1/node: the node's runtimes, capacity and what
@@ -38,6 +39,28 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 		for _, p := range s.im.PoolStats() {
 			out.Pools = append(out.Pools, api.PoolInfo{Template: p.Template, Ready: p.Ready, Target: p.Target, Hits: p.Hits, Misses: p.Misses})
 		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// listNodes answers GET /v1/nodes: the cluster's nodes as the catalog
+// knows them (none on a server outside a cluster).
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
+	if s.nodes == nil {
+		return fmt.Errorf("no node registry: %w", errdefs.ErrUnavailable)
+	}
+	ns, err := s.nodes.Nodes(r.Context())
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	out := api.ClusterNodeList{Nodes: make([]api.ClusterNode, 0, len(ns))}
+	for _, n := range ns {
+		out.Nodes = append(out.Nodes, api.ClusterNode{
+			Name: n.Name, URL: n.URL, State: n.State, Reason: n.Reason, CPUs: n.CPUs, MemoryBytes: n.MemoryBytes,
+			Slots: n.Slots, Runtimes: n.Runtimes, Templates: n.Templates, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
+			Sandboxes: n.Sandboxes, Reserved: n.Reserved,
+			Allocated: api.Limits{CPUs: n.AllocatedCPUs, MemoryBytes: n.AllocatedMemoryBytes},
+		})
 	}
 	return writeJSON(w, http.StatusOK, out)
 }

@@ -66,6 +66,9 @@ type Options struct {
 	// ClusterToken, if set, makes this the API of a cluster node: every
 	// request must carry it (cluster.TokenHeader), as fronts send it.
 	ClusterToken string
+	// Nodes is the catalog's node registry, served at GET /v1/nodes;
+	// without it that route answers unavailable.
+	Nodes cluster.Store
 }
 
 // records reads sandbox records: a Manager's (live ones first, then its
@@ -97,6 +100,7 @@ type Server struct {
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
 
+	nodes   cluster.Store    // GET /v1/nodes (node.go)
 	builder *builder.Builder // templates*.go
 	tmpl    template.Store
 	catalog *template.Catalog
@@ -130,7 +134,7 @@ func New(o Options) *Server {
 		m: o.Manager, im: o.Images, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
 		mux:     http.NewServeMux(),
-		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes,
+		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes, nodes: o.Nodes,
 	}
 	s.edge = edge.New(edge.Options{
 		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
@@ -184,6 +188,7 @@ func (s *Server) register() {
 	s.route("GET /healthz", s.health, public)
 	s.route("GET /metrics", s.serveMetrics, 0)
 	s.route("GET /v1/node", s.nodeInfo, adminOnly)
+	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 
 	s.route("POST /v1/sandboxes", s.createSandbox, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)

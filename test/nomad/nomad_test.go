@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,10 +41,12 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// The test cluster's heartbeat: a node silent for 6 × 500 ms is lost.
+// The test cluster's heartbeat: a node silent for 8 × 500 ms is lost
+// (test/cluster's: two test packages at once on CI's 2 cores must not
+// starve a live node into looking lost).
 const (
 	heartbeat = 500 * time.Millisecond
-	lostAfter = 6
+	lostAfter = 8
 )
 
 func TestNomad(t *testing.T) {
@@ -156,6 +159,24 @@ func TestNomad(t *testing.T) {
 		return nil
 	}
 
+	t.Run("the front lists both nodes at their Nomad ports", func(t *testing.T) {
+		ns, err := fc.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, n := range ns {
+			got[n.Name] = n.State
+			// Advertised as http://${NOMAD_ADDR_http}: the client's range.
+			if !strings.HasPrefix(n.URL, "http://127.0.0.1:2") || !slices.Contains(n.Runtimes, "runc") {
+				t.Errorf("node %s: URL %s, runtimes %v; want a Nomad dynamic port on loopback, runc", n.Name, n.URL, n.Runtimes)
+			}
+		}
+		if got["client-1"] != "live" || got["client-2"] != "live" {
+			t.Errorf("nodes through the front: %v, want client-1 and client-2 live", got)
+		}
+	})
+
 	t.Run("create, command, code and kill through the front", func(t *testing.T) {
 		start := time.Now()
 		id := create()
@@ -223,6 +244,15 @@ func TestNomad(t *testing.T) {
 			}
 		}
 		t.Logf("lost reported %v after the kill", time.Since(killedAt).Round(time.Millisecond))
+		ns, err := fc.Nodes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range ns {
+			if want := map[string]string{victim: "lost", survivor: "live"}[n.Name]; n.State != want {
+				t.Errorf("node %s through the front: %s (%s), want %s", n.Name, n.State, n.Reason, want)
+			}
+		}
 		if err := command(on[survivor][0]); err != nil {
 			t.Errorf("sandbox %s on surviving %s: %v", on[survivor][0], survivor, err)
 		}

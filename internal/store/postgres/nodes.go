@@ -109,48 +109,73 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 	return lost, nil
 }
 
-// Reserve admits one more sandbox on node under the node row's lock, so
-// that reservations by concurrent fronts are counted one after another.
-func (s *Store) Reserve(ctx context.Context, node string, ttl time.Duration) (string, error) {
+// ownerLocks is the first key of the pg_advisory_xact_lock that
+// serialises one owner's reservations (the second is a hash of the
+// owner).
+const ownerLocks = 0x6b6c6e71 // "klnq"
+
+// Reserve admits one more sandbox under its owner's advisory lock (so the
+// reservations of concurrent fronts for one owner are counted one after
+// another) and the node row's lock (likewise for one node). Locks are
+// taken owner first, node second, and nothing takes them the other way.
+func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Duration) (string, error) {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	defer tx.Rollback(ctx)
+	if r.MaxSandboxes > 0 || r.MaxMemoryBytes > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(ownerLocks), r.Owner); err != nil {
+			return "", fmt.Errorf("locking the quota of %s: %w", r.Owner, err)
+		}
+		var (
+			n   int
+			mem int64
+		)
+		if err := tx.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM sandboxes WHERE owner = $1 AND state = ANY($2::text[])) +
+			(SELECT count(*) FROM node_reservations WHERE owner = $1 AND expires_at > now()),
+			(SELECT coalesce(sum((limits->>'memory_bytes')::bigint), 0) FROM sandboxes WHERE owner = $1 AND state = ANY($2::text[])) +
+			(SELECT coalesce(sum(memory_bytes), 0) FROM node_reservations WHERE owner = $1 AND expires_at > now())`,
+			r.Owner, cluster.Active).Scan(&n, &mem); err != nil {
+			return "", fmt.Errorf("counting the sandboxes of %s: %w", r.Owner, err)
+		}
+		if err := cluster.QuotaError(r, n, mem); err != nil {
+			return "", err
+		}
+	}
 	var (
 		state string
 		slots int
 	)
-	err = tx.QueryRow(ctx, `SELECT state, slots FROM nodes WHERE name = $1 FOR UPDATE`, node).Scan(&state, &slots)
+	err = tx.QueryRow(ctx, `SELECT state, slots FROM nodes WHERE name = $1 FOR UPDATE`, r.Node).Scan(&state, &slots)
 	if notFound(err) {
-		return "", fmt.Errorf("node %s: %w", node, errdefs.ErrNotFound)
+		return "", fmt.Errorf("node %s: %w", r.Node, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
-	}
-	if state != cluster.NodeLive {
-		return "", fmt.Errorf("node %s is %s: %w", node, state, errdefs.ErrUnavailable)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	var used int
 	if err := tx.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM sandboxes WHERE node = $1 AND state = ANY($2::text[])) +
 		(SELECT count(*) FROM node_reservations WHERE node = $1 AND expires_at > now())`,
-		node, cluster.Active).Scan(&used); err != nil {
-		return "", fmt.Errorf("counting node %s load: %w", node, err)
+		r.Node, cluster.Active).Scan(&used); err != nil {
+		return "", fmt.Errorf("counting node %s load: %w", r.Node, err)
 	}
-	if used >= slots {
-		return "", fmt.Errorf("node %s is full (%d of %d slots): %w", node, used, slots, errdefs.ErrResourceExhausted)
+	if err := cluster.SlotError(r.Node, state, slots, used); err != nil {
+		return "", err
 	}
 	id := cluster.NewReservationID()
-	if _, err := tx.Exec(ctx, `DELETE FROM node_reservations WHERE node = $1 AND expires_at <= now()`, node); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+	if _, err := tx.Exec(ctx, `DELETE FROM node_reservations WHERE node = $1 AND expires_at <= now()`, r.Node); err != nil {
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO node_reservations (id, node, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3))`,
-		id, node, ttl.Seconds()); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+	if _, err := tx.Exec(ctx, `INSERT INTO node_reservations (id, node, owner, memory_bytes, expires_at)
+		VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))`,
+		id, r.Node, r.Owner, r.MemoryBytes, ttl.Seconds()); err != nil {
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	return id, nil
 }

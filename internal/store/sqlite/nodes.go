@@ -133,47 +133,62 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 	return lost, nil
 }
 
-// Reserve admits one more sandbox on node inside one write transaction.
-func (s *Store) Reserve(ctx context.Context, node string, ttl time.Duration) (string, error) {
+// Reserve admits one more sandbox inside one write transaction (BEGIN
+// IMMEDIATE: reservations are counted one after another).
+func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Duration) (string, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	defer tx.Rollback()
+	now := micros(time.Now())
+	if r.MaxSandboxes > 0 || r.MaxMemoryBytes > 0 {
+		var (
+			n   int
+			mem int64
+		)
+		if err := tx.QueryRowContext(ctx, `SELECT
+			(SELECT count(*) FROM sandboxes WHERE owner = ? AND state IN `+active+`) +
+			(SELECT count(*) FROM node_reservations WHERE owner = ? AND expires_at > ?),
+			(SELECT coalesce(sum(json_extract(limits, '$.memory_bytes')), 0) FROM sandboxes WHERE owner = ? AND state IN `+active+`) +
+			(SELECT coalesce(sum(memory_bytes), 0) FROM node_reservations WHERE owner = ? AND expires_at > ?)`,
+			r.Owner, r.Owner, now, r.Owner, r.Owner, now).Scan(&n, &mem); err != nil {
+			return "", fmt.Errorf("counting the sandboxes of %s: %w", r.Owner, err)
+		}
+		if err := cluster.QuotaError(r, n, mem); err != nil {
+			return "", err
+		}
+	}
 	var (
 		state string
 		slots int
 	)
-	err = tx.QueryRowContext(ctx, `SELECT state, slots FROM nodes WHERE name = ?`, node).Scan(&state, &slots)
+	err = tx.QueryRowContext(ctx, `SELECT state, slots FROM nodes WHERE name = ?`, r.Node).Scan(&state, &slots)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("node %s: %w", node, errdefs.ErrNotFound)
+		return "", fmt.Errorf("node %s: %w", r.Node, errdefs.ErrNotFound)
 	}
 	if err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
-	if state != cluster.NodeLive {
-		return "", fmt.Errorf("node %s is %s: %w", node, state, errdefs.ErrUnavailable)
-	}
-	now := micros(time.Now())
 	var used int
 	if err := tx.QueryRowContext(ctx, `SELECT
 		(SELECT count(*) FROM sandboxes WHERE node = ? AND state IN `+active+`) +
-		(SELECT count(*) FROM node_reservations WHERE node = ? AND expires_at > ?)`, node, node, now).Scan(&used); err != nil {
-		return "", fmt.Errorf("counting node %s load: %w", node, err)
+		(SELECT count(*) FROM node_reservations WHERE node = ? AND expires_at > ?)`, r.Node, r.Node, now).Scan(&used); err != nil {
+		return "", fmt.Errorf("counting node %s load: %w", r.Node, err)
 	}
-	if used >= slots {
-		return "", fmt.Errorf("node %s is full (%d of %d slots): %w", node, used, slots, errdefs.ErrResourceExhausted)
+	if err := cluster.SlotError(r.Node, state, slots, used); err != nil {
+		return "", err
 	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM node_reservations WHERE node = ? AND expires_at <= ?`, node, now); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM node_reservations WHERE node = ? AND expires_at <= ?`, r.Node, now); err != nil {
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	id := cluster.NewReservationID()
-	if _, err := tx.ExecContext(ctx, `INSERT INTO node_reservations (id, node, expires_at) VALUES (?, ?, ?)`,
-		id, node, now+ttl.Microseconds()); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+	if _, err := tx.ExecContext(ctx, `INSERT INTO node_reservations (id, node, owner, memory_bytes, expires_at) VALUES (?, ?, ?, ?, ?)`,
+		id, r.Node, r.Owner, r.MemoryBytes, now+ttl.Microseconds()); err != nil {
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return "", fmt.Errorf("reserving on node %s: %w", node, err)
+		return "", fmt.Errorf("reserving on node %s: %w", r.Node, err)
 	}
 	return id, nil
 }

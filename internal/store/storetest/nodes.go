@@ -154,7 +154,7 @@ func testNodeLost(t *testing.T, s store.Backend) {
 	if th := get(t, s, theirs.ID); th.State != sandbox.StateRunning {
 		t.Errorf("sandbox of a live node = %+v, want it running", th)
 	}
-	if _, err := s.Reserve(ctx(t), "quiet", time.Minute); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "quiet", Owner: "k"}, time.Minute); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("Reserve on a lost node: %v, want unavailable", err)
 	}
 	if revived, err := s.Heartbeat(ctx(t), node("quiet", 10)); err != nil || !revived {
@@ -174,7 +174,7 @@ func testNodeReserve(t *testing.T, s store.Backend) {
 	sb := record("reserved0001", base)
 	sb.Node = "small"
 	put(t, s, sb)
-	if _, err := s.Reserve(ctx(t), "nowhere", time.Minute); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "nowhere", Owner: "k"}, time.Minute); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Reserve on an unknown node: %v, want not found", err)
 	}
 	var (
@@ -187,7 +187,7 @@ func testNodeReserve(t *testing.T, s store.Backend) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, err := s.Reserve(ctx(t), "small", time.Minute)
+			id, err := s.Reserve(ctx(t), cluster.Reservation{Node: "small", Owner: "k"}, time.Minute)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -214,16 +214,110 @@ func testNodeReserve(t *testing.T, s store.Backend) {
 	if err := s.Release(ctx(t), got[0]); err != nil {
 		t.Errorf("releasing twice: %v", err)
 	}
-	short, err := s.Reserve(ctx(t), "small", 10*time.Millisecond)
+	short, err := s.Reserve(ctx(t), cluster.Reservation{Node: "small", Owner: "k"}, 10*time.Millisecond)
 	if err != nil {
 		t.Fatalf("Reserve after a release: %v", err)
 	}
 	_ = short
-	if _, err := s.Reserve(ctx(t), "small", time.Minute); !errors.Is(err, errdefs.ErrResourceExhausted) {
+	if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "small", Owner: "k"}, time.Minute); !errors.Is(err, errdefs.ErrResourceExhausted) {
 		t.Fatalf("Reserve on a full node: %v, want resource exhausted", err)
 	}
 	time.Sleep(30 * time.Millisecond)
-	if _, err := s.Reserve(ctx(t), "small", time.Minute); err != nil {
+	if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "small", Owner: "k"}, time.Minute); err != nil {
 		t.Errorf("Reserve once a reservation expired: %v", err)
+	}
+}
+
+// testNodeQuota: reservations hold an owner to its quota across every
+// node (its sandboxes that have not ended anywhere plus its live
+// reservations), count by count and by memory, under concurrency; other
+// owners and ended sandboxes do not count; a new record replaces one
+// reservation; no quota is no limit.
+func testNodeQuota(t *testing.T, s store.Backend) {
+	heartbeat(t, s, node("big-1", 100), node("big-2", 100))
+	mine := record("quotamine001", base)
+	mine.Node, mine.Owner = "big-1", "q"
+	ended := record("quotaended01", base)
+	ended.Node, ended.Owner, ended.State = "big-2", "q", sandbox.StateStopped
+	theirs := record("quotatheirs1", base)
+	theirs.Node, theirs.Owner = "big-2", "other"
+	put(t, s, mine, ended, theirs)
+
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		ok, over int
+	)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := cluster.Reservation{Node: []string{"big-1", "big-2"}[i%2], Owner: "q", MemoryBytes: 1 << 20, MaxSandboxes: 4}
+			_, err := s.Reserve(ctx(t), r, time.Minute)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, errdefs.ErrResourceExhausted) && strings.Contains(err.Error(), "across the cluster"):
+				over++
+			default:
+				t.Errorf("Reserve: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 3 || over != 7 {
+		t.Errorf("10 concurrent reservations on two nodes for an owner with 1 of 4 sandboxes: %d admitted, %d refused; want 3 and 7", ok, over)
+	}
+	// By memory: 512 MiB held, 1 GiB allowed, 200 MiB each: two more.
+	mem := cluster.Reservation{Node: "big-2", Owner: "q", MemoryBytes: 200 << 20, MaxMemoryBytes: 1 << 30}
+	mine2 := record("quotamine002", base)
+	mine2.Node, mine2.Owner = "big-1", "m"
+	put(t, s, mine2)
+	mem.Owner = "m"
+	for i, want := range []error{nil, nil, errdefs.ErrResourceExhausted} {
+		if _, err := s.Reserve(ctx(t), mem, time.Minute); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Errorf("memory reservation %d: %v, want %v", i+1, err, want)
+		}
+	}
+	// A new record takes the place of one reservation of its owner on its
+	// node (the create it admitted): counted once; updates take none.
+	c := cluster.Reservation{Node: "big-1", Owner: "c", MaxSandboxes: 2}
+	for i, want := range []error{nil, nil, errdefs.ErrResourceExhausted} {
+		if _, err := s.Reserve(ctx(t), c, time.Minute); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("reservation %d of c: %v, want %v", i+1, err, want)
+		}
+	}
+	before := nodes(t, s)["big-1"]
+	gone := record("quotagone001", base)
+	gone.Node, gone.Owner, gone.State = "big-1", "c", sandbox.StateFailed
+	put(t, s, gone) // an ended record (a fork that failed) takes none
+	if n := nodes(t, s)["big-1"]; n.Reserved != before.Reserved {
+		t.Errorf("big-1 holds %d reservations after an ended record, want %d still", n.Reserved, before.Reserved)
+	}
+	made := record("quotamade001", base)
+	made.Node, made.Owner, made.State = "big-1", "c", sandbox.StateCreating
+	put(t, s, made)
+	made.State = sandbox.StateRunning
+	put(t, s, made)
+	after := nodes(t, s)["big-1"]
+	if after.Reserved != before.Reserved-1 || after.Sandboxes != before.Sandboxes+1 {
+		t.Errorf("big-1 after c's record: %d sandboxes + %d reserved, want %d + %d",
+			after.Sandboxes, after.Reserved, before.Sandboxes+1, before.Reserved-1)
+	}
+	if _, err := s.Reserve(ctx(t), c, time.Minute); !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("c at its quota (a record and a reservation): %v, want resource exhausted", err)
+	}
+	made.State = sandbox.StateStopped
+	put(t, s, made)
+	if _, err := s.Reserve(ctx(t), c, time.Minute); err != nil {
+		t.Errorf("c once its sandbox ended: %v", err)
+	}
+	// No quota: no limit.
+	for range 5 {
+		if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "big-1", Owner: "q"}, time.Minute); err != nil {
+			t.Errorf("a reservation without a quota: %v", err)
+		}
 	}
 }

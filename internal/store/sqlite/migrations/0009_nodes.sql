@@ -16,11 +16,16 @@ CREATE TABLE nodes (
 ) STRICT;
 
 -- Placements admitted on a node by a front and not yet released: they
--- count against its slots until the create has its record (or expires).
+-- count against its slots, and against their owner's quota across the
+-- cluster, until the create has its record (or expires).
 CREATE TABLE node_reservations (
-	id         TEXT    NOT NULL PRIMARY KEY,
-	node       TEXT    NOT NULL REFERENCES nodes (name) ON DELETE CASCADE,
-	expires_at INTEGER NOT NULL
+	id           TEXT    NOT NULL PRIMARY KEY,
+	node         TEXT    NOT NULL REFERENCES nodes (name) ON DELETE CASCADE,
+	owner        TEXT    NOT NULL,
+	memory_bytes INTEGER NOT NULL,
+	expires_at   INTEGER NOT NULL
 ) STRICT;
+CREATE INDEX node_reservations_by_owner ON node_reservations (owner, expires_at);
+CREATE INDEX sandboxes_by_owner_state ON sandboxes (owner, state);
 CREATE INDEX node_reservations_by_node ON node_reservations (node, expires_at);
 CREATE INDEX sandboxes_by_node_state ON sandboxes (node, state);
