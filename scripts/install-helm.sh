@@ -39,7 +39,7 @@ trap 'rm -rf "$tmp"' EXIT
 # is stamped as Helm's own Makefile does, so `helm version` can be checked.
 (
 	cd "$tmp"
-	CGO_ENABLED=0 GOBIN="$tmp/bin" GOFLAGS="-mod=mod -buildvcs=false" "$GO" install -trimpath \
+	CGO_ENABLED=0 GOBIN="$tmp/bin" GOFLAGS="-mod=mod -buildvcs=false" nice -n 10 "$GO" install -trimpath \
 		-ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${VERSION}" \
 		"helm.sh/helm/v3/cmd/helm@${VERSION}"
 )
