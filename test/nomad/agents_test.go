@@ -104,6 +104,9 @@ vault {
 func startNomad(t *testing.T, root string) *nomadCluster {
 	t.Helper()
 	c := &nomadCluster{t: t, root: root}
+	// Whatever fails from here on, no agent or task outlives the test
+	// (the full teardown, registered later, runs first).
+	t.Cleanup(func() { c.stop(); c.removeLeft() })
 	ports := freePorts(t, 5*3)
 	var joins, rpcs []string
 	for i := range 3 {
@@ -251,9 +254,15 @@ func (c *nomadCluster) kill9(a *agent) {
 func (c *nomadCluster) stop() {
 	for _, as := range [][]*agent{c.clients, c.servers} {
 		for _, a := range as {
+			if a.cmd == nil || a.cmd.Process == nil {
+				continue
+			}
 			_ = a.cmd.Process.Signal(syscall.SIGINT)
 		}
 		for _, a := range as {
+			if a.cmd == nil || a.cmd.Process == nil {
+				continue
+			}
 			select {
 			case <-a.exited:
 			case <-time.After(15 * time.Second):

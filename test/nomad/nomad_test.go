@@ -86,6 +86,10 @@ func TestNomad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // last: after the agents and sandboxes are gone
+		unmountBelow(t, root)
+		_ = os.RemoveAll(root)
+	})
 	nodeDir := func(name string) string { return filepath.Join(root, "node", name) }
 	for _, n := range []string{"client-1", "client-2"} {
 		if err := os.MkdirAll(filepath.Join(nodeDir(n), "data"), 0o755); err != nil {
