@@ -9,11 +9,15 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test fuzz soak bench clean console-vendor
+.PHONY: setup deps build run test fuzz soak bench clean console-vendor image
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached);
 ## with Go already there, the runsc build runs beside the apt installs
+## (Nomad and Helm, which only test/nomad and test/helm need, are built by
+## those tests themselves: scripts/install-nomad.sh, scripts/install-helm.sh,
+## cached in /usr/local/lib/kiln; a cold CI machine then builds them while
+## other test packages run, instead of before every test starts)
 deps:
 	@if command -v go >/dev/null; then \
 		scripts/install-runsc.sh & runsc=$$!; \
@@ -25,6 +29,14 @@ deps:
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln-agent ./cmd/kiln-agent
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/kiln ./cmd/kiln
+
+## image: Kiln's container image, built without a container engine
+## (cmd/kiln-image): the base template's Debian root filesystem plus kiln,
+## kiln-agent, runsc and runc, as the OCI image layout bin/kiln-image and the
+## docker-save tarball bin/kiln-image.tar; PUSH=host/repo:tag pushes it too
+## (deploy/helm/kiln/README.md)
+image: setup
+	$(GO) run ./cmd/kiln-image -tag kiln:$(VERSION) -out bin/kiln-image -tar bin/kiln-image.tar $(if $(PUSH),-push $(PUSH))
 
 ## setup: deps, build, and the built-in templates (base, then code-interpreter on
 ## base's layers), built by the template engine; the first build takes minutes

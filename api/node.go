@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // NodeInfo is what GET /v1/node says about the server's node: what it
 // runs, its capacity, and how much of it live sandboxes hold. Admin keys
 // only: it counts every key's sandboxes.
@@ -30,4 +32,31 @@ type PoolInfo struct {
 	Target   int    `json:"target"` // its configured size
 	Hits     uint64 `json:"hits"`   // creates it served
 	Misses   uint64 `json:"misses"` // creates that found it empty
+}
+
+// ClusterNode is one node of a cluster as the catalog knows it (GET
+// /v1/nodes; docs/cluster.md).
+type ClusterNode struct {
+	Name   string `json:"name"`
+	URL    string `json:"url"`
+	State  string `json:"state"`            // live or lost
+	Reason string `json:"reason,omitempty"` // why it was marked lost
+	// Capacity it reported.
+	CPUs        float64   `json:"cpus"`
+	MemoryBytes int64     `json:"memory_bytes"`
+	Slots       int       `json:"slots"`
+	Runtimes    []string  `json:"runtimes"`
+	Templates   []string  `json:"templates"`
+	StartedAt   time.Time `json:"started_at"`
+	HeartbeatAt time.Time `json:"heartbeat_at"` // the catalog's clock
+	// Load, from the catalog's records: its sandboxes that have not
+	// ended, placements reserved on it, and their limits added up.
+	Sandboxes int    `json:"sandboxes"`
+	Reserved  int    `json:"reserved"`
+	Allocated Limits `json:"allocated"`
+}
+
+// ClusterNodeList is the body of GET /v1/nodes.
+type ClusterNodeList struct {
+	Nodes []ClusterNode `json:"nodes"`
 }

@@ -30,6 +30,8 @@ var structSchemas = map[string]reflect.Type{
 	"Health":               reflect.TypeFor[api.Health](),
 	"NodeInfo":             reflect.TypeFor[api.NodeInfo](),
 	"PoolInfo":             reflect.TypeFor[api.PoolInfo](),
+	"ClusterNode":          reflect.TypeFor[api.ClusterNode](),
+	"ClusterNodeList":      reflect.TypeFor[api.ClusterNodeList](),
 	"Limits":               reflect.TypeFor[api.Limits](),
 	"TemplateStep":         reflect.TypeFor[api.TemplateStep](),
 	"TemplateBase":         reflect.TypeFor[api.TemplateBase](),

@@ -46,6 +46,16 @@ func (c *Client) Health(ctx context.Context) (*api.Health, error) {
 	return &h, nil
 }
 
+// Nodes lists the cluster's nodes as its catalog knows them (admin keys
+// only; none on a server outside a cluster).
+func (c *Client) Nodes(ctx context.Context) ([]api.ClusterNode, error) {
+	var l api.ClusterNodeList
+	if err := c.call(ctx, http.MethodGet, "/v1/nodes", nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Nodes, nil
+}
+
 // Metrics copies the server's Prometheus metrics (text exposition format)
 // to w.
 func (c *Client) Metrics(ctx context.Context, w io.Writer) error {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,27 +84,6 @@ func requireTemplate(t *testing.T, name string) {
 	ocitest.Require(t, err == nil, fmt.Sprintf("%s template not built (make setup): %v", name, err))
 }
 
-// sharedDataDir is a fresh data dir for a kiln serve whose templates are
-// those make setup built (KILN_DATA_DIR's).
-func sharedDataDir(t *testing.T) string {
-	t.Helper()
-	dataDir := t.TempDir()
-	if err := os.Symlink(filepath.Join(config.FromEnv().DataDir, "templates"), filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
-	return dataDir
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestServeSurvivesKill9 kills kiln serve with SIGKILL in the middle of
 // creates and commands and starts it again on the same data dir: every
 // sandbox acknowledged before the crash is either running and usable, with
@@ -113,8 +91,8 @@ func freeAddr(t *testing.T) string {
 func TestServeSurvivesKill9(t *testing.T) {
 	requireTemplate(t, "base")
 	kiln := buildKiln(t)
-	dataDir := sharedDataDir(t)
-	addr := freeAddr(t)
+	dataDir := servetest.DataDir(t)
+	addr := servetest.FreeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	if key == "" {
 		t.Fatal("first start printed no admin key")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
 // TestLLMTools drives Kiln's tools for models against a real kiln serve.
@@ -34,8 +35,8 @@ import (
 func TestLLMTools(t *testing.T) {
 	requireTemplate(t, "code-interpreter")
 	kiln := buildKiln(t)
-	dataDir := sharedDataDir(t)
-	addr := freeAddr(t)
+	dataDir := servetest.DataDir(t)
+	addr := servetest.FreeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	defer func() {
 		srv.Process.Signal(syscall.SIGTERM)

@@ -14,6 +14,7 @@ import (
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/network/nettest"
+	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
 // TestServeNetwork runs a real kiln serve with networking on, its host
@@ -28,8 +29,8 @@ func TestServeNetwork(t *testing.T) {
 	w.AddSite(t, netip.MustParseAddr("198.51.100.10"), "allowed", "allowed.test")
 	w.AddSite(t, netip.MustParseAddr("198.51.100.20"), "denied", "denied.test")
 	kiln := buildKiln(t)
-	dataDir := sharedDataDir(t)
-	addr := freeAddr(t)
+	dataDir := servetest.DataDir(t)
+	addr := servetest.FreeAddr(t)
 	key := serveKey(t, kiln, []string{"KILN_NETWORK_HOST_NS=" + w.Host, "KILN_NETWORK_DNS=" + w.Upstream()[0]},
 		"--listen", addr, "--data-dir", dataDir, "--network")
 	c := client.New("http://"+addr, key)

@@ -158,8 +158,8 @@ func TestServeTLSDomain(t *testing.T) {
 	const domain = "sandboxes.kiln.test"
 	certFile, keyFile, pool := selfSigned(t, t.TempDir(), "kiln.test", "*."+domain)
 	kiln := buildKiln(t)
-	addr := freeAddr(t)
-	key := serveKey(t, kiln, nil, "--listen", addr, "--data-dir", sharedDataDir(t),
+	addr := servetest.FreeAddr(t)
+	key := serveKey(t, kiln, nil, "--listen", addr, "--data-dir", servetest.DataDir(t),
 		"--tls-cert", certFile, "--tls-key", keyFile, "--domain", domain)
 	// Every name resolves to the server, as wildcard DNS would.
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{

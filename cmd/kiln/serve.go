@@ -35,6 +35,10 @@ Serves the REST API. Sandboxes outlive the server: a restarted server
 re-adopts them. On the first start with an empty store it prints an admin
 API key once. Logs are JSON on stderr.
 
+With --role node (sandbox hosts) and --role front (the API, no sandboxes)
+several kiln serve processes share one PostgreSQL store as one Kiln; see
+docs/cluster.md.
+
 Flags (environment in parentheses):
 `
 
@@ -70,6 +74,12 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&pub.TLSKey, "tls-key", pub.TLSKey, "PEM private key of --tls-cert (KILN_TLS_KEY)")
 	fs.Var(bytesFlag{&cfg.Server.VolumeMaxBytes}, "volume-max-size", "largest volume, e.g. 64G (default 64G)")
 	fs.Var(bytesFlag{&cfg.Server.VolumeQuotaBytes}, "volume-quota", "most one API key's volumes may hold together, e.g. 16G (default 16G)")
+	cl := &cfg.Cluster
+	fs.StringVar(&cl.Role, "role", cl.Role, `"all" (API and sandboxes: one machine), "node" (sandboxes, for fronts) or "front" (API, placement, routing) (KILN_ROLE; docs/cluster.md)`)
+	fs.StringVar(&cl.NodeName, "node-name", cl.NodeName, "this node's name in the catalog (KILN_NODE_NAME; default the hostname)")
+	fs.StringVar(&cl.Token, "cluster-token", cl.Token, "shared secret between fronts and nodes, 32+ characters (KILN_CLUSTER_TOKEN; prefer the environment)")
+	fs.StringVar(&cl.AdvertiseURL, "advertise-url", cl.AdvertiseURL, "URL fronts reach this node at (KILN_ADVERTISE_URL; default http://LISTEN)")
+	fs.IntVar(&cl.Slots, "node-slots", cl.Slots, "sandboxes this node takes (KILN_NODE_SLOTS)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -95,6 +105,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	if cfg.Cluster.Role == config.RoleFront {
+		return serveFront(ctx, cfg, st, log)
+	}
+	nodeName := ""
+	if cfg.Cluster.Role == config.RoleNode {
+		if nodeName, err = clusterNodeName(cfg.Cluster); err != nil {
+			return err
+		}
+	}
 	nw, err := openNetwork(ctx, cfg, log.With("component", "network"))
 	if err != nil {
 		return err
@@ -104,7 +123,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	catalog := &template.Catalog{DataDir: cfg.DataDir, Store: st}
 	vols, err := volume.New(volume.Config{
-		Dir: filepath.Join(cfg.DataDir, "volumes"), Store: st,
+		Dir: filepath.Join(cfg.DataDir, "volumes"), Store: st, Node: nodeName,
 		MaxSize: cfg.Server.VolumeMaxBytes, Quota: cfg.Server.VolumeQuotaBytes, Log: log.With("component", "volumes"),
 	})
 	if err != nil {
@@ -112,7 +131,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	m, err := sandbox.NewManager(ctx, sandbox.Config{
 		Config: cfg, StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Adopt: true, Store: st, Net: nw,
-		Catalog: catalog, Volumes: vols,
+		Catalog: catalog, Volumes: vols, Node: nodeName,
 	}, runtimes(ctx, cfg), log.With("component", "manager"))
 	if err != nil {
 		return err
@@ -134,21 +153,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 	defer func() { <-warmed }()
-	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	ln, err := listenAPI(ctx, cfg, st)
 	if err != nil {
-		return fmt.Errorf("listening: %w", err)
+		return err
 	}
 	domain := sandboxDomain(cfg.Server.Public, ln.Addr())
-	pln, err := publicListener(ln, cfg.Server.Public)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	ln = pln
-	if err := bootstrapKey(ctx, st, clientURL(ln.Addr(), cfg.Server.Public.Scheme())); err != nil {
-		ln.Close()
-		return err
-	}
 	secret, err := e2b.LoadSecret(filepath.Join(cfg.DataDir, "e2b.secret"))
 	if err != nil {
 		ln.Close()
@@ -159,7 +168,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if nw != nil {
 		mt.RegisterNetwork(m)
 	}
-	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, nw != nil, log)
+	bld, err := newBuilder(ctx, cfg, st, catalog, m, im, mt, nw != nil, nodeName, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -171,15 +180,32 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
 		Builder: bld, Templates: st, Catalog: catalog, Volumes: vols,
+		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
 	})
+	if nodeName != "" {
+		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "sandbox_domain", domain,
+		"version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime, "role", cfg.Cluster.Role, "node", nodeName)
+	if err := runHTTP(ctx, cfg, h, ln, log); err != nil {
+		return err
+	}
+	log.Info("stopped; sandboxes keep running for the next start")
+	return nil
+}
+
+// runHTTP serves h on ln until ctx is done, then drains it: new
+// connections are refused, streams get the shutdown grace.
+func runHTTP(ctx context.Context, cfg config.Config, h *server.Server, ln net.Listener, log *slog.Logger) error {
 	// Header and idle timeouts, and the cap on pending connections
 	// (internal/server/edge.go).
 	hs := h.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "sandbox_domain", domain,
-		"version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime)
 
 	select {
 	case err := <-errc:
@@ -195,8 +221,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving: %w", err)
 	}
-	log.Info("stopped; sandboxes keep running for the next start")
 	return nil
+}
+
+// listenAPI opens the API's listener (TLS when configured) and makes the
+// first admin key when the store has none.
+func listenAPI(ctx context.Context, cfg config.Config, st store.Backend) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Server.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	pln, err := publicListener(ln, cfg.Server.Public)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := bootstrapKey(ctx, st, clientURL(pln.Addr(), cfg.Server.Public.Scheme())); err != nil {
+		pln.Close()
+		return nil, err
+	}
+	return pln, nil
 }
 
 // newBuilder starts the template build engine: builds and uploads under
@@ -204,7 +248,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // Manager (with NAT when sandbox networking is up, so that RUN steps reach
 // package mirrors).
 func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalog *template.Catalog,
-	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, networked bool, log *slog.Logger) (*builder.Builder, error) {
+	m *sandbox.Manager, im *sandbox.Images, mt *metrics.Metrics, networked bool, node string, log *slog.Logger) (*builder.Builder, error) {
 	layers, err := layer.Open(filepath.Join(cfg.DataDir, "layers"))
 	if err != nil {
 		return nil, fmt.Errorf("opening the layer store: %w", err)
@@ -215,7 +259,7 @@ func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalo
 	}
 	b := cfg.Server.Builds.WithDefaults()
 	return builder.New(ctx, builder.Config{
-		DataDir: cfg.DataDir, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
+		DataDir: cfg.DataDir, Node: node, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
 		Network: network, BuildTimeout: b.Timeout, MaxLayerBytes: b.MaxLayerBytes, MaxContextBytes: b.MaxContextBytes,
 		MaxPerOwner: b.MaxPerKey, MaxConcurrent: b.MaxConcurrent, Observer: mt, Log: log,
 		Registries: image.ServerGuard(b.LoopbackRegistries),

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
 // TestTemplateCLI runs the real kiln binary against a real kiln serve:
@@ -19,8 +21,8 @@ import (
 func TestTemplateCLI(t *testing.T) {
 	requireTemplate(t, "base")
 	kiln := buildKiln(t)
-	dataDir := sharedDataDir(t)
-	addr := freeAddr(t)
+	dataDir := servetest.DataDir(t)
+	addr := servetest.FreeAddr(t)
 	srv, key := startServe(t, kiln, dataDir, addr)
 	t.Cleanup(func() {
 		_ = srv.Process.Signal(os.Interrupt)

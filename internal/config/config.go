@@ -36,6 +36,9 @@ type Config struct {
 	Server   Server
 	Network  Network
 	Liveness Liveness
+	// Cluster is kiln serve's role and, for fronts and nodes, the
+	// cluster's settings (cluster.go).
+	Cluster Cluster
 }
 
 // Liveness configures the host's liveness ping of each running sandbox's
@@ -167,6 +170,7 @@ func Default() Config {
 			ShutdownGrace: 10 * time.Second,
 		},
 		Liveness: Liveness{Interval: 2 * time.Second, Misses: 5},
+		Cluster:  defaultCluster(),
 	}
 }
 
@@ -279,6 +283,7 @@ func FromEnv() Config {
 	c.Server.Edge = edgeFromEnv(c.Server.Edge)
 	c.Server.Builds = buildsFromEnv(c.Server.Builds)
 	c.Server.Public = publicFromEnv(c.Server.Public)
+	c.Cluster = clusterFromEnv(c.Cluster)
 	return c
 }
 
@@ -323,7 +328,7 @@ func (c *Config) Validate() error {
 	if c.Liveness.Misses < 1 {
 		errs = append(errs, errors.New("agent ping misses (KILN_AGENT_PING_MISSES) must be a positive number"))
 	}
-	errs = append(errs, c.Server.validate(), c.Network.validate())
+	errs = append(errs, c.Server.validate(), c.Network.validate(), c.Cluster.validate(c.Server.Store))
 	return errors.Join(errs...)
 }
 

@@ -89,6 +89,12 @@ func (e *Edge) End(r *http.Request) {
 	}
 }
 
+// TrustConn makes r's connection trusted at once, as if it had carried
+// an authenticated request: for a peer authenticated otherwise (a
+// cluster front, by the cluster token), whose idle keep-alive
+// connections must not be closed as a slow client's would.
+func (e *Edge) TrustConn(r *http.Request) { e.conns.trust(r.Context()) }
+
 // AnonymousHeld is how many requests without credentials hold a slot.
 func (e *Edge) AnonymousHeld() int { return len(e.anon) }
 

@@ -41,6 +41,23 @@ func RequestID(ctx context.Context) string {
 	return ""
 }
 
+// AdoptRequestID makes id, a request id another Kiln process gave the
+// request (a cluster front, for the node it proxies to), r's own: in the
+// request log, in errors and in w's X-Request-Id. The caller must have
+// authenticated that process; an id that is not 16 hex digits is
+// ignored.
+func AdoptRequestID(w http.ResponseWriter, r *http.Request, id string) {
+	ri := infoOf(r.Context())
+	if ri == nil || len(id) != 16 {
+		return
+	}
+	if _, err := hex.DecodeString(id); err != nil {
+		return
+	}
+	ri.id = id
+	w.Header().Set("X-Request-Id", id)
+}
+
 // Key is the API key the request of ctx authenticated with (the zero Key
 // if none).
 func Key(ctx context.Context) apikey.Key {

@@ -617,6 +617,13 @@ func (m *Manager) Kill(ctx context.Context, id ID) error {
 	return m.destroy(ctx, id, StateStopped, "killed")
 }
 
+// Fail destroys a sandbox as Kill does, but records it failed with
+// reason: the end of a sandbox something outside declared gone (its node
+// was marked lost while it still ran).
+func (m *Manager) Fail(ctx context.Context, id ID, reason string) error {
+	return m.destroy(ctx, id, StateFailed, reason)
+}
+
 // destroy moves a sandbox through stopping to final, removing everything
 // it has on the host.
 func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/console"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 )
@@ -149,4 +150,26 @@ func TestNodeInfo(t *testing.T) {
 	}
 	h.do("GET", "/v1/node", h.a, nil, http.StatusForbidden, nil)
 	h.do("GET", "/v1/node", "", nil, http.StatusUnauthorized, nil)
+}
+
+// TestClusterNodes: an admin key lists the catalog's nodes (none outside
+// a cluster) with their capacity and load; other keys get 403.
+func TestClusterNodes(t *testing.T) {
+	h := newHarness(t, false, harnessOpts{})
+	var l api.ClusterNodeList
+	h.do("GET", "/v1/nodes", h.admin, nil, http.StatusOK, &l)
+	if l.Nodes == nil || len(l.Nodes) != 0 {
+		t.Errorf("nodes outside a cluster: %+v, want an empty list", l)
+	}
+	if _, err := h.store.Heartbeat(context.Background(), cluster.Node{Name: "node-1", URL: "http://10.0.0.1:8421",
+		CPUs: 4, MemoryBytes: 8 << 30, Slots: 10, Runtimes: []string{"runc"}, StartedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	h.do("GET", "/v1/nodes", h.admin, nil, http.StatusOK, &l)
+	if len(l.Nodes) != 1 || l.Nodes[0].Name != "node-1" || l.Nodes[0].State != "live" || l.Nodes[0].Slots != 10 ||
+		l.Nodes[0].HeartbeatAt.IsZero() || !slices.Equal(l.Nodes[0].Runtimes, []string{"runc"}) {
+		t.Errorf("nodes: %+v", l)
+	}
+	h.do("GET", "/v1/nodes", h.a, nil, http.StatusForbidden, nil)
+	h.do("GET", "/v1/nodes", "", nil, http.StatusUnauthorized, nil)
 }

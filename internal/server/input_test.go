@@ -160,7 +160,7 @@ func TestRoutes(t *testing.T) {
 		"GET /v1/templates", "GET /v1/templates/{ref}", "DELETE /v1/templates/{ref}", "POST /v1/templates/{ref}/push", "PATCH /v1/templates/{name}",
 		"PUT /v1/templates/{name}/tags/{tag}", "DELETE /v1/templates/{name}/tags/{tag}",
 		"POST /v1/volumes", "GET /v1/volumes", "GET /v1/volumes/{id}", "DELETE /v1/volumes/{id}",
-		"GET /v1/node",
+		"GET /v1/node", "GET /v1/nodes",
 	} {
 		if !slices.Contains(routes, want) {
 			t.Errorf("route %q missing", want)

@@ -1,17 +1,15 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net/http"
-	"os"
 	goruntime "runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
 // nodeInfo answers GET /v1/node: the node's runtimes, capacity and what
@@ -22,7 +20,7 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 		Network: s.m.Networking(), CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
 	}
 	var err error
-	if out.MemoryBytes, out.MemoryAvailableBytes, err = meminfo(); err != nil {
+	if out.MemoryBytes, out.MemoryAvailableBytes, err = cluster.Meminfo(); err != nil {
 		return fmt.Errorf("reading the host's memory: %w", err)
 	}
 	var st unix.Statfs_t
@@ -45,31 +43,24 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// meminfo reads the host's total and available memory.
-func meminfo() (total, avail int64, err error) {
-	b, err := os.ReadFile("/proc/meminfo")
+// listNodes answers GET /v1/nodes: the cluster's nodes as the catalog
+// knows them (none on a server outside a cluster).
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
+	if s.nodes == nil {
+		return fmt.Errorf("no node registry: %w", errdefs.ErrUnavailable)
+	}
+	ns, err := s.nodes.Nodes(r.Context())
 	if err != nil {
-		return 0, 0, err
+		return fmt.Errorf("listing nodes: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := bytes.Fields(sc.Bytes())
-		if len(f) < 2 {
-			continue
-		}
-		kb, err := strconv.ParseInt(string(f[1]), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch string(f[0]) {
-		case "MemTotal:":
-			total = kb << 10
-		case "MemAvailable:":
-			avail = kb << 10
-		}
+	out := api.ClusterNodeList{Nodes: make([]api.ClusterNode, 0, len(ns))}
+	for _, n := range ns {
+		out.Nodes = append(out.Nodes, api.ClusterNode{
+			Name: n.Name, URL: n.URL, State: n.State, Reason: n.Reason, CPUs: n.CPUs, MemoryBytes: n.MemoryBytes,
+			Slots: n.Slots, Runtimes: n.Runtimes, Templates: n.Templates, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
+			Sandboxes: n.Sandboxes, Reserved: n.Reserved,
+			Allocated: api.Limits{CPUs: n.AllocatedCPUs, MemoryBytes: n.AllocatedMemoryBytes},
+		})
 	}
-	if total == 0 {
-		return 0, 0, fmt.Errorf("no MemTotal in /proc/meminfo")
-	}
-	return total, avail, nil
+	return writeJSON(w, http.StatusOK, out)
 }

@@ -74,7 +74,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	if f.Owner, err = listOwner(caller(r), r.URL.Query()); err != nil {
 		return err
 	}
-	sbs, next, err := s.m.List(r.Context(), f)
+	sbs, next, err := s.records.List(r.Context(), f)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
@@ -203,7 +203,7 @@ func (s *Server) lookup(r *http.Request) (sandbox.Sandbox, error) {
 	if err != nil {
 		return sandbox.Sandbox{}, err
 	}
-	sb, err := s.m.Get(r.Context(), id)
+	sb, err := s.records.Get(r.Context(), id)
 	if err == nil && sb.Owner != caller(r).ID {
 		err = errdefs.ErrNotFound
 	}

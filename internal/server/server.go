@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/console"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -61,12 +63,29 @@ type Options struct {
 	// Volumes serves /v1/volumes (and E2B's volume API); without it those
 	// routes answer unavailable.
 	Volumes *volume.Manager
+	// ClusterToken, if set, makes this the API of a cluster node: every
+	// request must carry it (cluster.TokenHeader), as fronts send it.
+	ClusterToken string
+	// Nodes is the catalog's node registry, served at GET /v1/nodes;
+	// without it that route answers unavailable.
+	Nodes cluster.Store
 }
+
+// records reads sandbox records: a Manager's (live ones first, then its
+// store), or on a front the catalog's (front.go).
+type records interface {
+	Get(ctx context.Context, id sandbox.ID) (sandbox.Sandbox, error)
+	List(ctx context.Context, f sandbox.Filter) ([]sandbox.Sandbox, string, error)
+}
+
+var _ records = (*sandbox.Manager)(nil)
 
 // Server serves the API. It is an http.Handler; Shutdown drains its
 // streams.
 type Server struct {
-	m       *sandbox.Manager
+	m       *sandbox.Manager // nil on a front
+	records records
+	front   *front // on a front only (front.go)
 	im      *sandbox.Images
 	keys    *keyCache
 	log     *slog.Logger
@@ -81,6 +100,7 @@ type Server struct {
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
 
+	nodes   cluster.Store    // GET /v1/nodes (node.go)
 	builder *builder.Builder // templates*.go
 	tmpl    template.Store
 	catalog *template.Catalog
@@ -114,17 +134,41 @@ func New(o Options) *Server {
 		m: o.Manager, im: o.Images, keys: newKeyCache(o.Keys, o.KeyCacheTTL), log: o.Log.With("component", "server"),
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
 		mux:     http.NewServeMux(),
-		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes,
+		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes, nodes: o.Nodes,
 	}
 	s.edge = edge.New(edge.Options{
 		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
 		DefaultQuota: sandbox.Quota{MaxSandboxes: o.Config.Server.DefaultMaxSandboxes, MaxMemoryBytes: o.Config.Server.DefaultMaxMemoryBytes},
 		Scrub:        []string{o.Config.DataDir, o.Config.RunDir},
 	})
+	s.records = o.Manager
 	s.drain, s.cancelDrain = context.WithCancel(context.Background())
 	s.register()
-	s.handler = s.edge.Handler(s.mountE2B(o.E2B, o.Log, s.mux))
+	s.handler = s.edge.Handler(s.clusterGuard(o.ClusterToken, s.mountE2B(o.E2B, o.Log, s.mux)))
 	return s
+}
+
+// clusterGuard refuses, on a cluster node (token set), every request
+// without the cluster token, and takes the token off the requests it
+// lets through so that nothing downstream (an exposed port's proxy into
+// a sandbox) ever sees it.
+func (s *Server) clusterGuard(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !cluster.TokenOK(r, token) {
+			s.writeError(w, r, fmt.Errorf("this is a cluster node: use a front (requests need the cluster token): %w", errdefs.ErrUnauthenticated))
+			return
+		}
+		r.Header.Del(cluster.TokenHeader)
+		// A front's keep-alive connections are never a slow client's.
+		s.edge.TrustConn(r)
+		// One id for the front's log line and the node's.
+		edge.AdoptRequestID(w, r, r.Header.Get(cluster.RequestIDHeader))
+		r.Header.Del(cluster.RequestIDHeader)
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP serves one request.
@@ -144,6 +188,7 @@ func (s *Server) register() {
 	s.route("GET /healthz", s.health, public)
 	s.route("GET /metrics", s.serveMetrics, 0)
 	s.route("GET /v1/node", s.nodeInfo, adminOnly)
+	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 
 	s.route("POST /v1/sandboxes", s.createSandbox, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)

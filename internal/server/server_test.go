@@ -133,7 +133,7 @@ func newHarness(t testing.TB, needSandboxes bool, o harnessOpts) *harness {
 	cfg.Server.Edge = o.edge
 	so := server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: "test",
-		PingInterval: o.ping, KeyCacheTTL: o.keyCache, Volumes: vols,
+		PingInterval: o.ping, KeyCacheTTL: o.keyCache, Volumes: vols, Nodes: st,
 	}
 	if o.e2b {
 		so.E2B = &e2b.Options{Secret: []byte("test secret")}

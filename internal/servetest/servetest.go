@@ -89,6 +89,29 @@ func Build(t testing.TB) string {
 	return filepath.Join(bin, "kiln")
 }
 
+// DataDir returns a fresh data dir for a kiln serve whose templates are
+// those of KILN_DATA_DIR (make setup's).
+func DataDir(t testing.TB) string {
+	t.Helper()
+	dataDir := t.TempDir()
+	shared := filepath.Join(config.FromEnv().DataDir, "templates")
+	if err := os.Symlink(shared, filepath.Join(dataDir, "templates")); err != nil {
+		t.Fatal(err)
+	}
+	return dataDir
+}
+
+// FreeAddr returns a loopback address with a port free at the time.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
 var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
 
 // Start starts `kiln serve` from the kiln binary on a free loopback port
@@ -108,18 +131,7 @@ func StartWith(t testing.TB, kiln string, o Options) *Server {
 		s.World = World(t)
 		env = s.World.ServeEnv()
 	}
-	dataDir := t.TempDir()
-	shared := filepath.Join(config.FromEnv().DataDir, "templates")
-	if err := os.Symlink(shared, filepath.Join(dataDir, "templates")); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
+	dataDir, addr := DataDir(t), FreeAddr(t)
 	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
 	cmd.Env = append(append(os.Environ(), env...), o.Env...)
 	stdout, err := cmd.StdoutPipe()

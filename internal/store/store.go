@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/kiln-sh/kiln/internal/apikey"
+	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/store/postgres"
@@ -22,9 +23,11 @@ import (
 )
 
 // Backend stores everything kiln serve must not forget: sandbox records,
-// API keys, the records of custom templates and of volumes.
+// API keys, the records of custom templates and of volumes, and the
+// cluster's node registry.
 type Backend interface {
 	sandbox.Store
+	cluster.Store
 	apikey.Store
 	template.Store
 	volume.Store

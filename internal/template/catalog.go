@@ -41,32 +41,58 @@ func BuildDir(dataDir, id string) string { return filepath.Join(dataDir, "builds
 
 // Resolve returns the build that ref ("name[:tag]") means to owner.
 func (c *Catalog) Resolve(ctx context.Context, owner, ref string) (*Template, error) {
-	name, tag, err := ParseRef(ref)
-	if err != nil {
+	name, tag, id, err := c.buildOf(ctx, owner, ref)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if c.Store != nil {
-		t, err := c.Store.GetTag(ctx, owner, name, tag)
-		if err == nil {
-			return c.Build(t.BuildID)
-		}
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			return nil, fmt.Errorf("looking up template %s:%s: %w", name, tag, err)
-		}
-		pub, err := c.Store.PublicTags(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("looking up template %s:%s: %w", name, tag, err)
-		}
-		for _, p := range pub {
-			if p.Tag == tag {
-				return c.Build(p.BuildID)
-			}
-		}
-	}
-	if tag != DefaultTag {
+	case id != "":
+		return c.Build(id)
+	case tag != DefaultTag:
 		return nil, fmt.Errorf("template %s:%s: %w", name, tag, errdefs.ErrNotFound)
 	}
 	return Lookup(c.DataDir, name)
+}
+
+// Node is the node that holds the files of the custom template ref means
+// to owner ("" for a built-in, which every node has, or a ref that names
+// nothing: the node that gets the create says so). It reads records
+// only, so a cluster front, which has no templates, can place by it.
+func (c *Catalog) Node(ctx context.Context, owner, ref string) (string, error) {
+	_, _, id, err := c.buildOf(ctx, owner, ref)
+	if err != nil || id == "" {
+		return "", err
+	}
+	b, err := c.Store.GetBuild(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("looking up template build %s: %w", id, err)
+	}
+	return b.Node, nil
+}
+
+// buildOf parses ref and finds the custom build it means to owner: its
+// own tag, else a public one; id is "" when neither exists (a built-in,
+// or nothing).
+func (c *Catalog) buildOf(ctx context.Context, owner, ref string) (name, tag, id string, err error) {
+	if name, tag, err = ParseRef(ref); err != nil || c.Store == nil {
+		return name, tag, "", err
+	}
+	t, err := c.Store.GetTag(ctx, owner, name, tag)
+	if err == nil {
+		return name, tag, t.BuildID, nil
+	}
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return name, tag, "", fmt.Errorf("looking up template %s:%s: %w", name, tag, err)
+	}
+	pub, err := c.Store.PublicTags(ctx, name)
+	if err != nil {
+		return name, tag, "", fmt.Errorf("looking up template %s:%s: %w", name, tag, err)
+	}
+	for _, p := range pub {
+		if p.Tag == tag {
+			return name, tag, p.BuildID, nil
+		}
+	}
+	return name, tag, "", nil
 }
 
 // Build returns a custom template's build by id, whatever its name now

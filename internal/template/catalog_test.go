@@ -104,6 +104,22 @@ func TestCatalogResolve(t *testing.T) {
 			t.Errorf("%s resolves %q: build %q rootfs %q; want %q %q", tc.owner, tc.ref, got.Build, got.Rootfs, tc.build, tc.rootfs)
 		}
 	}
+	// Where a template's files live, for a cluster front: the node its
+	// build recorded; "" for a built-in or a name that means nothing.
+	if err := db.PutBuild(ctx, template.BuildRecord{ID: "bld00000001", Template: "web", Owner: "alice",
+		Status: template.BuildReady, Node: "node-7", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ owner, ref, node string }{
+		{"alice", "web", "node-7"}, {"bob", "base", ""}, {"bob", "nothing", ""},
+	} {
+		if node, err := c.Node(ctx, tc.owner, tc.ref); err != nil || node != tc.node {
+			t.Errorf("%s's %q lives on %q (%v), want %q", tc.owner, tc.ref, node, err, tc.node)
+		}
+	}
+	if _, err := c.Node(ctx, "alice", "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Node of a bad ref: %v, want invalid argument", err)
+	}
 	// A tag moving to a new build leaves the old build reachable by id.
 	if err := db.PutTag(ctx, template.TagRecord{Owner: "alice", Name: "web", Tag: "default", BuildID: "bld00000002", UpdatedAt: now}); err != nil {
 		t.Fatal(err)

@@ -186,7 +186,13 @@ func (m *Manager) Create(ctx context.Context, owner, name string, size int64) (V
 // Get returns owner's volume ref: its id or, failing that, its name.
 // Another owner's volume is errdefs.ErrNotFound.
 func (m *Manager) Get(ctx context.Context, owner, ref string) (Volume, error) {
-	v, err := m.cfg.Store.GetVolume(ctx, ref)
+	return Lookup(ctx, m.cfg.Store, owner, ref)
+}
+
+// Lookup is Manager.Get on the records of st alone (a cluster front
+// places a create by its volumes' node without holding any).
+func Lookup(ctx context.Context, st Store, owner, ref string) (Volume, error) {
+	v, err := st.GetVolume(ctx, ref)
 	if err == nil && v.Owner == owner {
 		return v, nil
 	}
@@ -194,7 +200,7 @@ func (m *Manager) Get(ctx context.Context, owner, ref string) (Volume, error) {
 		return Volume{}, err
 	}
 	if nameRE.MatchString(ref) {
-		if v, err := m.cfg.Store.GetVolumeByName(ctx, owner, ref); err == nil || !errors.Is(err, errdefs.ErrNotFound) {
+		if v, err := st.GetVolumeByName(ctx, owner, ref); err == nil || !errors.Is(err, errdefs.ErrNotFound) {
 			return v, err
 		}
 	}

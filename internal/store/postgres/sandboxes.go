@@ -39,7 +39,10 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
+	// A new record takes the place of one reservation its owner holds on
+	// its node (a cluster front's placement, internal/cluster), in the
+	// same statement: counted once, never twice nor not at all.
+	_, err = s.pool.Exec(ctx, `WITH put AS (INSERT INTO sandboxes (`+sandboxColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21::jsonb)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
@@ -48,10 +51,15 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
 			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build,
-			volumes = excluded.volumes`,
+			volumes = excluded.volumes
+		RETURNING xmax = 0 AS inserted)
+		DELETE FROM node_reservations WHERE id = (
+			SELECT r.id FROM node_reservations r, put WHERE put.inserted AND $22 AND r.node = $12 AND r.owner = $11
+			ORDER BY r.expires_at LIMIT 1)`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
 		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols,
+		!sb.State.Terminal())
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}

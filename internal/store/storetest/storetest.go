@@ -56,6 +56,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"VolumeRoundTrip", testVolumeRoundTrip},
 		{"VolumeNamesAndList", testVolumeNamesAndList},
 		{"VolumeInUse", testVolumeInUse},
+		{"NodeRegistry", testNodeRegistry},
+		{"NodeLost", testNodeLost},
+		{"NodeReserve", testNodeReserve},
+		{"NodeQuota", testNodeQuota},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })

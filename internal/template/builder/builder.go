@@ -58,7 +58,11 @@ const interrupted = "interrupted by a restart of kiln serve"
 type Config struct {
 	// DataDir holds builds (template.BuildDir) and uploaded files
 	// (files/<owner>/<filesHash>).
-	DataDir   string
+	DataDir string
+	// Node names this kiln serve in build records (cluster nodes; "" on
+	// one machine): fronts place a template's sandboxes where its files
+	// are, and a restart fails only this node's interrupted builds.
+	Node      string
 	Records   template.Store
 	Layers    *layer.Store
 	Catalog   *template.Catalog
@@ -183,6 +187,9 @@ func (b *Builder) recover(ctx context.Context) error {
 		return fmt.Errorf("listing interrupted builds: %w", err)
 	}
 	for _, r := range stale {
+		if r.Node != b.cfg.Node {
+			continue // another cluster node's build, running there
+		}
 		r.Status, r.Reason, r.FinishedAt = template.BuildError, interrupted, time.Now().UTC()
 		if err := b.cfg.Records.PutBuild(ctx, r); err != nil {
 			return fmt.Errorf("failing interrupted build %s: %w", r.ID, err)

@@ -86,6 +86,12 @@ func TestBuildRestart(t *testing.T) {
 	if err := e.records.PutBuild(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
+	// Another cluster node's build, running there: not this start's.
+	theirs := rec
+	theirs.ID, theirs.Node = "belsewhere00000000000001", "node-elsewhere"
+	if err := e.records.PutBuild(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
 	// The build sandbox the dead server was running the step in.
 	base, err := e.catalog.Resolve(ctx, "", "base")
 	if err != nil {
@@ -103,6 +109,9 @@ func TestBuildRestart(t *testing.T) {
 	}
 	if got.Status != template.BuildError || got.Reason != "interrupted by a restart of kiln serve" || got.FinishedAt.IsZero() {
 		t.Errorf("after a restart the build is %s %q (finished %v)", got.Status, got.Reason, got.FinishedAt)
+	}
+	if got, err := e.records.GetBuild(ctx, theirs.ID); err != nil || got.Status != template.BuildBuilding {
+		t.Errorf("another node's build after this one's restart: %+v, %v; want it still building", got, err)
 	}
 	if sb, err := e.m.Get(ctx, left.ID); err != nil || sb.State == sandbox.StateRunning {
 		t.Errorf("the leftover build sandbox: %s, %v; want it killed", sb.State, err)

@@ -57,7 +57,7 @@ func (b *Builder) Reserve(ctx context.Context, owner, name string) (template.Bui
 		return template.BuildRecord{}, fmt.Errorf("%d template builds of this key are waiting for their steps, the most allowed: %w", waiting, errdefs.ErrResourceExhausted)
 	}
 	rec := template.BuildRecord{ID: newBuildID(), Template: name, Owner: owner, Status: template.BuildWaiting,
-		Step: -1, CreatedAt: time.Now().UTC()}
+		Step: -1, Node: b.cfg.Node, CreatedAt: time.Now().UTC()}
 	if err := b.cfg.Records.PutBuild(ctx, rec); err != nil {
 		return template.BuildRecord{}, fmt.Errorf("recording build: %w", err)
 	}

@@ -26,7 +26,7 @@ func (b *Builder) Start(ctx context.Context, owner, ref string, spec api.Templat
 	if err := validate(&spec); err != nil {
 		return template.BuildRecord{}, err
 	}
-	rec := template.BuildRecord{ID: newBuildID(), Template: name, Owner: owner, Step: -1, CreatedAt: time.Now().UTC()}
+	rec := template.BuildRecord{ID: newBuildID(), Template: name, Owner: owner, Step: -1, Node: b.cfg.Node, CreatedAt: time.Now().UTC()}
 	return b.launch(ctx, rec, []string{tag}, spec, public)
 }
 

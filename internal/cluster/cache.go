@@ -1,0 +1,33 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// cacheTTL is how old a Directory's listing may be.
+const cacheTTL = time.Second
+
+// cached is one listing of the nodes and when it was read. Concurrent
+// callers of an expired listing wait for one read.
+type cached struct {
+	mu    sync.Mutex
+	at    time.Time
+	nodes []Node
+}
+
+func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < cacheTTL {
+		return c.nodes, nil
+	}
+	ns, err := st.Nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the node registry: %w", err)
+	}
+	c.nodes, c.at = ns, time.Now()
+	return ns, nil
+}

@@ -1,0 +1,53 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClusterValidate(t *testing.T) {
+	const pg = "postgres://db/kiln"
+	token := strings.Repeat("t", TokenMinLength)
+	node := func(f func(*Cluster)) Cluster {
+		c := defaultCluster()
+		c.Role, c.Token, c.NodeName = RoleNode, token, "node-1"
+		if f != nil {
+			f(&c)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name  string
+		c     Cluster
+		store string
+		want  string // "" for valid, else part of the error
+	}{
+		{"all needs nothing", defaultCluster(), "", ""},
+		{"empty role is all", Cluster{}, "", ""},
+		{"node", node(nil), pg, ""},
+		{"front", node(func(c *Cluster) { c.Role = RoleFront }), "postgresql://db/kiln", ""},
+		{"unknown role", Cluster{Role: "leader"}, pg, "want all, node or front"},
+		{"node on sqlite", node(nil), "sqlite", "needs the shared catalog"},
+		{"front on the default store", node(func(c *Cluster) { c.Role = RoleFront }), "", "needs the shared catalog"},
+		{"short token", node(func(c *Cluster) { c.Token = "secret" }), pg, "cluster token of at least"},
+		{"bad node name", node(func(c *Cluster) { c.NodeName = "../x" }), pg, "node name"},
+		{"no slots", node(func(c *Cluster) { c.Slots = 0 }), pg, "node slots"},
+		{"fast heartbeat", node(func(c *Cluster) { c.Heartbeat = time.Millisecond }), pg, "heartbeat interval"},
+		{"one miss", node(func(c *Cluster) { c.LostAfter = 1 }), pg, "heartbeats missed"},
+		{"advertise URL", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420" }), pg, ""},
+		{"advertise URL with a path", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420/api" }), pg, "advertise URL"},
+		{"advertise URL not http", node(func(c *Cluster) { c.AdvertiseURL = "unix:///x" }), pg, "advertise URL"},
+		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.c.validate(tc.store)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("validate = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("validate = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
