@@ -25,6 +25,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/kiln-sh/kiln/internal/template/image"
 )
 
 // Where the image puts Kiln's files. kiln finds kiln-agent next to itself
@@ -79,7 +81,7 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 	var adds []mutate.Addendum
 	for i, dir := range o.Rootfs {
 		l, err := gzipLayer(ctx, filepath.Join(tmp, fmt.Sprintf("rootfs-%d.tar.gz", i)), func(w io.Writer) error {
-			return dirTar(ctx, dir, w)
+			return image.WriteLayer(ctx, dir, w)
 		})
 		if err != nil {
 			return v1.Hash{}, fmt.Errorf("packing root filesystem layer %s: %w", dir, err)
@@ -100,7 +102,7 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 	adds = append(adds, mutate.Addendum{Layer: l, History: v1.History{Created: v1.Time{Time: o.Created},
 		CreatedBy: "kiln release: kiln, kiln-agent, runsc, runc"}})
 
-	img, err := image(adds, o.Created)
+	img, err := assemble(adds, o.Created)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -135,7 +137,7 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 
 // image is the OCI image of the layers, with Kiln's config: kiln serve
 // as the command, the data dir and the listen address of a container.
-func image(adds []mutate.Addendum, created time.Time) (v1.Image, error) {
+func assemble(adds []mutate.Addendum, created time.Time) (v1.Image, error) {
 	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
 	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
 	img, err := mutate.ConfigFile(base, &v1.ConfigFile{
