@@ -166,7 +166,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 64 {
+	if len(routes) != 65 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

@@ -41,11 +41,11 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// The test cluster's heartbeat: a node silent for 8 × 500 ms is lost
+// The test cluster's heartbeat: a node silent for 8 × 1 s is lost
 // (test/cluster's: two test packages at once on CI's 2 cores must not
 // starve a live node into looking lost).
 const (
-	heartbeat = 500 * time.Millisecond
+	heartbeat = time.Second
 	lostAfter = 8
 )
 
