@@ -53,12 +53,19 @@ run: setup
 test: setup
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	@# The fuzz targets (their instrumented builds are most of their time)
-	@# run beside the tests; their output follows the tests'.
-	@log=$$(mktemp); $(MAKE) --no-print-directory fuzz >$$log 2>&1 & fuzz=$$!; \
-		$(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
-		wait $$fuzz; frc=$$?; cat $$log; rm -f $$log; \
+	@# Beside vet and the tests: the builds of Nomad and Helm for
+	@# test/nomad and test/helm (minutes on a new machine, cached after;
+	@# niced; those tests wait for them, or build them if these failed),
+	@# and the fuzz targets (their instrumented builds are most of their
+	@# time). Their output follows the tests'.
+	@tools=$$(mktemp); log=$$(mktemp); rc=1; frc=1; \
+		( nice -n 10 scripts/install-nomad.sh && nice -n 10 scripts/install-helm.sh ) >$$tools 2>&1 & tb=$$!; \
+		if $(GO) vet ./...; then \
+			$(MAKE) --no-print-directory fuzz >$$log 2>&1 & fuzz=$$!; \
+			$(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
+			wait $$fuzz; frc=$$?; cat $$log; \
+		fi; \
+		wait $$tb; cat $$tools; rm -f $$log $$tools; \
 		[ $$rc -eq 0 ] && [ $$frc -eq 0 ]
 
 ## fuzz: each fuzz target for FUZZTIME (crashers land in the package's
