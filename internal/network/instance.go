@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -58,13 +59,16 @@ func lockHostNS(ns string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the network lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := flockHeld(f); err != nil {
 		b, _ := os.ReadFile(name)
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			holder := strings.TrimSpace(string(b))
 			if _, perr := strconv.Atoi(holder); perr != nil {
 				holder = "?"
+			}
+			if others := openers(name); len(others) > 0 {
+				holder = strings.Join(others, ", ")
 			}
 			where := "this host's network namespace"
 			if ns != "" {
@@ -79,4 +83,49 @@ func lockHostNS(ns string) (*os.File, error) {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return f, nil
+}
+
+// lockWait is how long lockHostNS waits for a lock whose recorded holder
+// has ended: a kiln serve killed while it was starting a command leaves
+// the lock with that child until the child's exec closes it, and a
+// restart (a supervisor's, or a crash drill's) may come that soon.
+const lockWait = 10 * time.Second
+
+// flockHeld takes f's exclusive lock; while another holds it and the pid
+// recorded in it is no longer alive, it tries again for up to lockWait.
+func flockHeld(f *os.File) error {
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+			return err
+		}
+		b := make([]byte, 32)
+		n, _ := f.ReadAt(b, 0)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+		if perr != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			return err // held by a live kiln serve (or one we cannot tell)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// openers lists the processes (pid and command) that have the file name
+// open, but this one.
+func openers(name string) []string {
+	var out []string
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	seen := map[string]bool{}
+	for _, fd := range fds {
+		pid := strings.Split(fd, "/")[2]
+		if seen[pid] || pid == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		if target, err := os.Readlink(fd); err == nil && target == name {
+			seen[pid] = true
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			out = append(out, pid+" "+strings.TrimSpace(string(comm)))
+		}
+	}
+	return out
 }
