@@ -59,7 +59,7 @@ test: setup
 	@# and the fuzz targets (their instrumented builds are most of their
 	@# time). Their output follows the tests'.
 	@tools=$$(mktemp); log=$$(mktemp); rc=1; frc=1; \
-		( nice -n 10 scripts/install-nomad.sh && nice -n 10 scripts/install-helm.sh ) >$$tools 2>&1 & tb=$$!; \
+		{ nice -n 10 scripts/install-helm.sh & nice -n 10 scripts/install-nomad.sh; wait; } >$$tools 2>&1 & tb=$$!; \
 		if $(GO) vet ./...; then \
 			$(MAKE) --no-print-directory fuzz >$$log 2>&1 & fuzz=$$!; \
 			$(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
