@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -172,6 +173,7 @@ func FuzzAgentMethods(f *testing.F) {
 	f.Add(uint8(9), "", "user.x", int64(1<<40), uint64(5))           // list depth 2^40
 	f.Add(uint8(21), "", "", int64(22), uint64(0))                   // tunnel to a port that may not listen
 	f.Add(uint8(14), "dir/f", "user.\x00", int64(0o7777), uint64(9)) // write with setuid bits
+	keepInheritedFDs()
 	h := newHarness(f, func(c *Config) { c.BaseEnv = append(c.BaseEnv, "PATH=/usr/bin:/bin") })
 	scratch := f.TempDir()
 	for _, d := range []string{"open", "open/sub"} {
@@ -275,5 +277,21 @@ func fuzzCleanup(t *testing.T, h *harness) {
 	}
 	for _, c := range cs {
 		_ = callOn(h.conn, wire.MethodContextDelete, wire.ContextIDParams{ID: c.ID}, nil)
+	}
+}
+
+// keepInheritedFDs marks every descriptor this process inherited beyond
+// stdio close-on-exec, so the processes and kernels the agent starts
+// here do not inherit them. A fuzz worker gets its pipes to the
+// coordinator that way (and make and the shell theirs): a kernel that
+// outlives a worker which died or was killed would hold them open, and
+// the coordinator would wait for their end forever instead of reporting
+// the worker's end. (In a sandbox the agent is PID 1 and has none.)
+func keepInheritedFDs() {
+	des, _ := os.ReadDir("/proc/self/fd")
+	for _, d := range des {
+		if fd, err := strconv.Atoi(d.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
 	}
 }
