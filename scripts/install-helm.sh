@@ -16,19 +16,10 @@ installed() {
 
 installed && exit 0
 
-GO=go
-if ! command -v go >/dev/null; then
-	if [ -x /usr/local/go/bin/go ]; then
-		GO=/usr/local/go/bin/go
-	else
-		echo "install-helm: go not found (run scripts/setup-deps.sh first)" >&2
-		exit 1
-	fi
-fi
+. "$(dirname "$0")/gotool.sh"
+find_go install-helm
 
-mkdir -p "$(dirname "$DEST")"
-exec 9>"$DEST.lock"
-flock 9
+lock_install "$DEST"
 installed && exit 0
 
 echo "install-helm: building helm.sh/helm/v3/cmd/helm@${VERSION}" >&2

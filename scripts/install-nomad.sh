@@ -30,19 +30,10 @@ installed() {
 
 installed && exit 0
 
-GO=go
-if ! command -v go >/dev/null; then
-	if [ -x /usr/local/go/bin/go ]; then
-		GO=/usr/local/go/bin/go
-	else
-		echo "install-nomad: go not found (run scripts/setup-deps.sh first)" >&2
-		exit 1
-	fi
-fi
+. "$(dirname "$0")/gotool.sh"
+find_go install-nomad
 
-mkdir -p "$(dirname "$DEST")"
-exec 9>"$DEST.lock"
-flock 9
+lock_install "$DEST"
 installed && exit 0
 
 echo "install-nomad: building github.com/hashicorp/nomad@${VERSION} (takes a few minutes)" >&2

@@ -31,15 +31,8 @@ if [ "$(installed_version)" = "$STAMP" ]; then
 	exit 0
 fi
 
-GO=go
-if ! command -v go >/dev/null; then
-	if [ -x /usr/local/go/bin/go ]; then
-		GO=/usr/local/go/bin/go
-	else
-		echo "install-runsc: go not found (run scripts/setup-deps.sh first)" >&2
-		exit 1
-	fi
-fi
+. "$(dirname "$0")/gotool.sh"
+find_go install-runsc
 
 echo "install-runsc: building gvisor.dev/gvisor/runsc@${GVISOR_VERSION} (takes a few minutes)"
 tmp="$(mktemp -d)"

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/network/nettest"
 )
@@ -220,4 +221,31 @@ func GrepErrors(logs []byte) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// WaitNodesLive waits up to within until the cluster catalog lists every
+// one of names live, and fails t if it does not.
+func WaitNodesLive(t testing.TB, catalog interface {
+	Nodes(context.Context) ([]cluster.Node, error)
+}, within time.Duration, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ns, err := catalog.Nodes(context.Background())
+		live := map[string]bool{}
+		for _, n := range ns {
+			live[n.Name] = n.State == cluster.NodeLive
+		}
+		all := err == nil
+		for _, n := range names {
+			all = all && live[n]
+		}
+		if all {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes %v not all live in the catalog: %+v, %v", names, ns, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -202,27 +202,8 @@ func (w *world) nodeOf(id string) string {
 
 // waitLive waits until the catalog lists the nodes live.
 func (w *world) waitLive(names ...string) {
-	t := w.t
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ns, err := w.catalog.Nodes(context.Background())
-		live := map[string]bool{}
-		for _, n := range ns {
-			live[n.Name] = n.State == cluster.NodeLive
-		}
-		all := err == nil
-		for _, n := range names {
-			all = all && live[n]
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v not all live in the catalog: %+v, %v", names, ns, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	w.t.Helper()
+	servetest.WaitNodesLive(w.t, w.catalog, 30*time.Second, names...)
 }
 
 func TestCluster(t *testing.T) {

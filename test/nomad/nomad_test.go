@@ -29,7 +29,6 @@ import (
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
 	"github.com/kiln-sh/kiln/internal/apikey"
-	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/sandbox"
@@ -130,7 +129,7 @@ func TestNomad(t *testing.T) {
 	if _, err := nc.nomad(ctx, args...); err != nil {
 		t.Fatal(err)
 	}
-	waitLive(t, catalog, "client-1", "client-2")
+	servetest.WaitNodesLive(t, catalog, 90*time.Second, "client-1", "client-2")
 	frontURL, frontClient := waitFront(t, nc, token)
 	t.Logf("Kiln deployed (2 nodes, 1 front on %s) in %v", frontClient, time.Since(setup).Round(time.Millisecond))
 	fc = client.New(frontURL, key)
@@ -278,30 +277,6 @@ func TestNomad(t *testing.T) {
 // runc runs runc on the state root rd.
 func runc(ctx context.Context, rd string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, "runc", append([]string{"--root", rd}, args...)...).CombinedOutput()
-}
-
-// waitLive waits until the catalog lists the nodes live.
-func waitLive(t *testing.T, catalog *postgres.Store, names ...string) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		ns, err := catalog.Nodes(context.Background())
-		live := map[string]bool{}
-		for _, n := range ns {
-			live[n.Name] = n.State == cluster.NodeLive
-		}
-		all := err == nil
-		for _, n := range names {
-			all = all && live[n]
-		}
-		if all {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes %v not all live in the catalog: %+v, %v", names, ns, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // waitFront finds the front through Nomad's service catalog and waits
