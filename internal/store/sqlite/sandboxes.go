@@ -37,16 +37,15 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		return fmt.Errorf("beginning sandbox write: %w", err)
 	}
 	defer tx.Rollback()
-	var exists bool
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)`, string(sb.ID)).Scan(&exists); err != nil {
-		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
-	}
-	if !exists && !sb.State.Terminal() {
+	if !sb.State.Terminal() {
 		// A new record takes the place of one reservation its owner holds
 		// on its node (a cluster front's placement, internal/cluster), in
 		// the same transaction: counted once, never twice nor not at all.
+		// One statement, before the upsert: a record already there takes
+		// nothing.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM node_reservations WHERE id = (
-			SELECT id FROM node_reservations WHERE node = ? AND owner = ? ORDER BY expires_at LIMIT 1)`, sb.Node, sb.Owner); err != nil {
+			SELECT id FROM node_reservations WHERE node = ? AND owner = ? ORDER BY expires_at LIMIT 1)
+			AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE id = ?)`, sb.Node, sb.Owner, string(sb.ID)); err != nil {
 			return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 		}
 	}
