@@ -8,7 +8,6 @@
 package release
 
 import (
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -80,7 +79,7 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 
 	var adds []mutate.Addendum
 	for i, dir := range o.Rootfs {
-		l, err := gzipLayer(ctx, filepath.Join(tmp, fmt.Sprintf("rootfs-%d.tar.gz", i)), func(w io.Writer) error {
+		l, err := image.CompressedLayer(ctx, filepath.Join(tmp, fmt.Sprintf("rootfs-%d.tar.gz", i)), func(w io.Writer) error {
 			return image.WriteLayer(ctx, dir, w)
 		})
 		if err != nil {
@@ -93,7 +92,7 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 		{o.Kiln, KilnPath[1:], 0o755}, {o.Agent, AgentPath[1:], 0o755},
 		{o.Runsc, RunscPath[1:], 0o755}, {o.Runc, RuncPath[1:], 0o755},
 	}
-	l, err := gzipLayer(ctx, filepath.Join(tmp, "kiln.tar.gz"), func(w io.Writer) error {
+	l, err := image.CompressedLayer(ctx, filepath.Join(tmp, "kiln.tar.gz"), func(w io.Writer) error {
 		return filesTar(files, o.Created, w)
 	})
 	if err != nil {
@@ -168,32 +167,4 @@ func assemble(adds []mutate.Addendum, created time.Time) (v1.Image, error) {
 		return nil, fmt.Errorf("setting the creation time: %w", err)
 	}
 	return img, nil
-}
-
-// gzipLayer writes the tar that write makes into the gzip file path in
-// one pass and returns it as an OCI layer (its diffID is computed once,
-// by reading the file back).
-func gzipLayer(ctx context.Context, path string, write func(io.Writer) error) (v1.Layer, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	zw, err := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	if err != nil {
-		return nil, err
-	}
-	if err := write(zw); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return tarball.LayerFromFile(path, tarball.WithMediaType(types.OCILayer))
 }

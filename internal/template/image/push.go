@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
 	"github.com/kiln-sh/kiln/api"
@@ -37,20 +40,28 @@ import (
 // form). Pull and Unpack give the same directories back, so a template
 // pushed from one host is a base image on another.
 //
-// Each layer's tar is made twice (once for its digests, once to upload);
-// entries are in name order with no access or change times, so both are
-// the same bytes. guard, if set, checks every address the push connects
-// to, as for Pull.
+// Each layer is read once, into a compressed file in a temporary
+// directory (CompressedLayer) that the digests and the upload read; its
+// entries are in name order with no access or change times, so the same
+// layer is the same blob. guard, if set, checks every address the push
+// connects to, as for Pull.
 func Push(ctx context.Context, ref string, layers []string, c Config, auth *api.RegistryAuth, guard Guard) (string, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return "", fmt.Errorf("malformed image reference %q: want [registry/]repository[:tag]: %w", errdefs.Clip(ref), errdefs.ErrInvalidArgument)
 	}
+	tmp, err := os.MkdirTemp("", "kiln-push-")
+	if err != nil {
+		return "", fmt.Errorf("making room for the layers: %w", err)
+	}
+	defer os.RemoveAll(tmp)
 	ls := make([]v1.Layer, 0, len(layers))
-	for _, dir := range layers {
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return dirTar(ctx, dir), nil })
+	for i, dir := range layers {
+		l, err := CompressedLayer(ctx, filepath.Join(tmp, strconv.Itoa(i)+".tar.gz"), func(w io.Writer) error {
+			return WriteLayer(ctx, dir, w)
+		})
 		if err != nil {
-			return "", fmt.Errorf("reading layer %s: %w", filepath.Base(dir), err)
+			return "", fmt.Errorf("pushing %s: %w %s: %w", errdefs.Clip(ref), errLayerRead, filepath.Base(dir), err)
 		}
 		ls = append(ls, l)
 	}
@@ -90,9 +101,6 @@ func (p puller) explainPush(err error) error {
 	if cerr := p.ctx.Err(); cerr != nil {
 		return fmt.Errorf("pushing %s: %w", ref, cerr)
 	}
-	if errors.Is(err, errLayerRead) {
-		return fmt.Errorf("pushing %s: %w", ref, err)
-	}
 	if errors.Is(err, errRefusedAddr) {
 		return fmt.Errorf("registry %s is at an address this server may not push to (this host's loopback, "+
 			"link-local or cloud metadata addresses): %w", p.host, errdefs.ErrPermissionDenied)
@@ -116,19 +124,6 @@ func (p puller) explainPush(err error) error {
 // errLayerRead marks a failure to read a layer directory (not the
 // registry's fault).
 var errLayerRead = errors.New("reading a layer")
-
-// dirTar streams WriteLayer's tar of dir.
-func dirTar(ctx context.Context, dir string) io.ReadCloser {
-	pr, pw := io.Pipe()
-	go func() {
-		err := WriteLayer(ctx, dir, pw)
-		if err != nil {
-			err = fmt.Errorf("%w %s: %w", errLayerRead, filepath.Base(dir), err)
-		}
-		pw.CloseWithError(err)
-	}()
-	return pr
-}
 
 // WriteLayer writes to w the OCI layer tar of dir, a directory in the
 // overlay form of the layer store and of Unpack: whiteouts (character
@@ -300,4 +295,32 @@ func (w *layerWriter) xattrs(path string, h *tar.Header) (opaque bool, err error
 		h.PAXRecords[xattrPAXPrefix+k] = string(val[:m])
 	}
 	return opaque, nil
+}
+
+// CompressedLayer writes the tar that write makes, gzipped, into the
+// file path in one pass and returns it as an OCI layer (its digests are
+// computed once, by reading the file back).
+func CompressedLayer(ctx context.Context, path string, write func(io.Writer) error) (v1.Layer, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	zw, err := gzip.NewWriterLevel(f, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if err := write(zw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromFile(path, tarball.WithMediaType(types.OCILayer))
 }
