@@ -1,0 +1,241 @@
+package cluster_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
+	"github.com/kiln-sh/kiln/internal/sandbox"
+	"github.com/kiln-sh/kiln/internal/servetest"
+	"github.com/kiln-sh/kiln/internal/store/postgres"
+	"github.com/kiln-sh/kiln/internal/store/postgres/pgtest"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Timings of the test cluster: a node missing 8 heartbeats of 1 s is
+// lost, so a killed node's sandboxes are reported lost within ~9 s, and
+// a node starved of CPU for a few seconds by a loaded CI machine (make
+// test runs packages two at a time, beside fuzzing and cold tool builds)
+// is not.
+const (
+	heartbeat = time.Second
+	lostAfter = 8
+)
+
+// proc is one kiln serve of the cluster.
+type proc struct {
+	name, url string
+	cmd       *exec.Cmd
+	log       string
+	exited    chan struct{}
+	key       chan string // the admin key, if it printed one
+}
+
+// world is the cluster: its catalog URL, token and processes.
+type world struct {
+	t       *testing.T
+	kiln    string
+	pg      string
+	token   string
+	mu      sync.Mutex
+	procs   []*proc
+	catalog *postgres.Store
+	key     string // the admin key, once the first front printed it
+}
+
+func (w *world) start(name, role string, dataDir string, env ...string) *proc {
+	t := w.t
+	t.Helper()
+	if dataDir == "" {
+		dataDir = servetest.DataDir(t)
+	}
+	addr := servetest.FreeAddr(t)
+	p := &proc{name: name, url: "http://" + addr, log: filepath.Join(t.TempDir(), name+".log"),
+		exited: make(chan struct{}), key: make(chan string, 1)}
+	p.cmd = exec.Command(w.kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	p.cmd.Env = append(os.Environ(), "KILN_ROLE="+role, "KILN_STORE="+w.pg, "KILN_CLUSTER_TOKEN="+w.token,
+		"KILN_NODE_NAME="+name, "KILN_RUNTIME=runc", "KILN_NETWORK=off",
+		"KILN_HEARTBEAT_INTERVAL="+heartbeat.String(), fmt.Sprintf("KILN_NODE_LOST_AFTER=%d", lostAfter))
+	p.cmd.Env = append(p.cmd.Env, env...)
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = logf
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
+				p.key <- m[1]
+			}
+		}
+		_ = p.cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	w.mu.Lock()
+	w.procs = append(w.procs, p)
+	w.mu.Unlock()
+	return p
+}
+
+var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
+
+// ready waits until p answers /healthz (with the token: nodes demand it).
+func (w *world) ready(p *proc) {
+	t := w.t
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", p.url+"/healthz", nil)
+		req.Header.Set(cluster.TokenHeader, w.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited:\n%s", p.name, logs)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s did not come up: %v\n%s", p.name, err, logs)
+		}
+	}
+}
+
+// kill9 kills p at once, as a crash would.
+func (w *world) kill9(p *proc) {
+	w.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		w.t.Fatal(err)
+	}
+	<-p.exited
+}
+
+// killLeft kills, through each running node directly, the sandboxes the
+// catalog says it still runs: a node stopped with SIGTERM leaves its
+// sandboxes running for its next start, and there is none.
+func (w *world) killLeft(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, p := range w.procs {
+		select {
+		case <-p.exited:
+			continue
+		default:
+		}
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.name,
+			States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused}, Limit: 1000})
+		if err != nil {
+			w.t.Errorf("listing %s's sandboxes: %v", p.name, err)
+			continue
+		}
+		for _, sb := range recs {
+			req, _ := http.NewRequestWithContext(ctx, "DELETE", p.url+"/v1/sandboxes/"+sb.ID.String(), nil)
+			req.Header.Set(cluster.TokenHeader, w.token)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				w.t.Errorf("killing %s on %s: %v", sb.ID, p.name, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				w.t.Errorf("killing %s on %s: status %d", sb.ID, p.name, resp.StatusCode)
+			}
+		}
+	}
+}
+
+// nodeOf is the node the catalog says runs id.
+func (w *world) nodeOf(id string) string {
+	w.t.Helper()
+	sb, err := w.catalog.GetSandbox(context.Background(), sandbox.ID(id))
+	if err != nil {
+		w.t.Fatalf("catalog record of %s: %v", id, err)
+	}
+	return sb.Node
+}
+
+// waitLive waits until the catalog lists the nodes live.
+func (w *world) waitLive(names ...string) {
+	w.t.Helper()
+	servetest.WaitNodesLive(w.t, w.catalog, 30*time.Second, names...)
+}
+
+// newWorld prepares an empty cluster on a fresh catalog database: a kiln
+// build, a cluster token, and a cleanup that kills what the catalog says
+// still runs and stops every process (printing their warnings if t failed).
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	_, err := template.Lookup(config.FromEnv().DataDir, "base")
+	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
+	tok := make([]byte, 24)
+	_, _ = rand.Read(tok)
+	w := &world{t: t, kiln: servetest.Build(t), pg: pgtest.URL(t), token: hex.EncodeToString(tok)}
+	if w.catalog, err = postgres.Open(t.Context(), w.pg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.catalog.Close() })
+	t.Cleanup(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.killLeft(w.key)
+		for _, p := range w.procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(20 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
+			if t.Failed() {
+				logs, _ := os.ReadFile(p.log)
+				t.Logf("%s log (warnings and errors):\n%s", p.name, servetest.GrepErrors(logs))
+			}
+		}
+	})
+	return w
+}
+
+// firstFront starts the cluster's first process, a front, which makes the
+// admin key on the empty catalog (w.key); start the others after it.
+func (w *world) firstFront(name string) *proc {
+	w.t.Helper()
+	p := w.start(name, config.RoleFront, "")
+	w.ready(p)
+	select {
+	case w.key = <-p.key:
+	case <-time.After(10 * time.Second):
+		w.t.Fatalf("%s printed no admin key", name)
+	}
+	return p
+}
