@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/server"
 	"github.com/kiln-sh/kiln/internal/store"
@@ -21,8 +22,10 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 	if err != nil {
 		return err
 	}
+	mt := metrics.New(nil)
+	mt.Registry().MustRegister(cluster.Collector(st))
 	h := server.NewFront(server.FrontOptions{Records: st, Nodes: st, Keys: st, Templates: st, Volumes: st,
-		Log: log, Config: cfg, Version: version})
+		Log: log, Config: cfg, Version: version, Metrics: mt})
 	defer h.CloseFront()
 	go cluster.Sweep(ctx, st, cfg.Cluster.Heartbeat, cfg.Cluster.Silence(), log.With("component", "cluster"))
 	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "version", version, "role", cfg.Cluster.Role)

@@ -17,6 +17,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/metrics"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/volume"
@@ -39,6 +40,9 @@ type FrontOptions struct {
 	// K.
 	Config  config.Config
 	Version string
+	// Metrics, if set, records the front's requests and serves them with
+	// the cluster's view of the catalog (cluster.Collector) at /metrics.
+	Metrics *metrics.Metrics
 }
 
 // front is what a Server of role front has instead of a Manager.
@@ -75,7 +79,7 @@ const reserveTTL = 2 * time.Minute
 // volume proxied to its node; E2B's API likewise (front_e2b.go); the
 // remaining routes (keys, templates, listings, MCP) to any live node.
 func NewFront(o FrontOptions) *Server {
-	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version, Nodes: o.Nodes})
+	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version, Nodes: o.Nodes, Metrics: o.Metrics})
 	s.records = frontRecords{o.Records}
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
@@ -90,6 +94,7 @@ func NewFront(o FrontOptions) *Server {
 
 func (s *Server) registerFront() {
 	s.route("GET /healthz", s.health, public)
+	s.route("GET /metrics", s.serveMetrics, 0)
 	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 	s.route("POST /v1/sandboxes", s.frontCreate, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)

@@ -70,6 +70,23 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a front serves its metrics and the cluster's", func(t *testing.T) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", front2.url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{"kiln_cluster_catalog_up 1", `kiln_cluster_nodes{state="live"} 3`,
+			`kiln_cluster_node_slots{node="node-b"}`, `kiln_http_request_duration_seconds_count{code="2xx",route="GET /v1/nodes"}`} {
+			if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
+				t.Errorf("GET /metrics of a front: status %d, no %s in:\n%.2000s", resp.StatusCode, want, body)
+			}
+		}
+	})
+
 	t.Run("node port refuses requests without the token", func(t *testing.T) {
 		for _, tok := range []string{"", "wrong-token-wrong-token-wrong-token"} {
 			req, _ := http.NewRequest("GET", nodes[0].url+"/v1/sandboxes", nil)
