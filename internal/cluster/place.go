@@ -16,6 +16,9 @@ type Want struct {
 	// Node, if set, is the one node that can serve it (e.g. the node
 	// that holds the snapshot it restores).
 	Node string
+	// Build, if set, is the custom template build it starts from: nodes
+	// that hold it (Node.Builds) come first, the others pull it.
+	Build string
 }
 
 // Place orders the live nodes that can take a create, best first: K of
@@ -45,6 +48,26 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	case len(fit) == 0:
 		return nil, fmt.Errorf("no live node has a free slot for runtime %q: %w", orDefault(want.Runtime), errdefs.ErrResourceExhausted)
 	}
+	if want.Build == "" {
+		return byLoad(fit, k), nil
+	}
+	var has, not []Node
+	for _, n := range fit {
+		if slices.Contains(n.Builds, want.Build) {
+			has = append(has, n)
+		} else {
+			not = append(not, n)
+		}
+	}
+	return append(byLoad(has, k), byLoad(not, k)...), nil
+}
+
+// byLoad orders nodes as Place does: K sampled at random and sorted by
+// load, then the rest by load.
+func byLoad(fit []Node, k int) []Node {
+	if len(fit) == 0 {
+		return nil
+	}
 	// Sort indices with each load computed once: Nodes are large to swap.
 	idx := rand.Perm(len(fit))
 	load := make([]float64, len(fit))
@@ -59,7 +82,7 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	for i, j := range idx {
 		out[i] = fit[j]
 	}
-	return out, nil
+	return out
 }
 
 func orDefault(rt string) string {

@@ -30,6 +30,7 @@ func TestPlace(t *testing.T) {
 	memFull.AllocatedMemoryBytes = 15 << 30
 	reserved := n("reserved", 1, 4, "runc")
 	reserved.Reserved = 3 // full with its reservations
+	holds := func(nd cluster.Node, builds ...string) cluster.Node { nd.Builds = builds; return nd }
 	tests := []struct {
 		name  string
 		nodes []cluster.Node
@@ -50,6 +51,11 @@ func TestPlace(t *testing.T) {
 			cluster.Want{Node: "b"}, 3, []string{"b"}, nil},
 		{"a required node that is full", []cluster.Node{n("a", 0, 10, "runc"), n("b", 10, 10, "runc")},
 			cluster.Want{Node: "b"}, 3, nil, errdefs.ErrUnavailable},
+		{"nodes holding the build first, then by load", []cluster.Node{n("a", 0, 10, "runc"), holds(n("b", 8, 10, "runc"), "bx"),
+			holds(n("c", 5, 10, "runc"), "by", "bx"), holds(n("d", 1, 10, "runc"), "by")},
+			cluster.Want{Build: "bx"}, 4, []string{"c", "b", "a", "d"}, nil},
+		{"a full node holding the build is passed over", []cluster.Node{n("a", 3, 10, "runc"), holds(n("b", 10, 10, "runc"), "bx")},
+			cluster.Want{Build: "bx"}, 3, []string{"a"}, nil},
 		{"no live node", []cluster.Node{lost}, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"no node at all", nil, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"every node full", []cluster.Node{n("full", 10, 10, "runc")}, cluster.Want{}, 3, nil, errdefs.ErrResourceExhausted},

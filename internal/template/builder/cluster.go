@@ -1,0 +1,253 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/errdefs"
+	"github.com/kiln-sh/kiln/internal/template"
+	"github.com/kiln-sh/kiln/internal/template/image"
+	"github.com/kiln-sh/kiln/internal/template/layer"
+)
+
+// Templates across a cluster's nodes (docs/cluster.md). A node with a
+// cluster registry pushes each custom build there before it marks it
+// ready, and records the image in the build's record; a node asked for a
+// build whose files it does not hold pulls that image (Fetch) and lays
+// the build out as the building node did: the same layers under the
+// same keys in its layer store, the same manifest.
+//
+// A build on a built-in template (base, code-interpreter) pushes only its
+// own layers: the built-in's (hundreds of MB of Debian) are named in the
+// manifest's annotations and in the record's layer keys
+// ("builtin:<name>:<hash>:<i>"), and every node builds its built-ins
+// itself, so a pulling node checks it holds that exact build of the
+// built-in.
+
+// Annotations of a build's image in the cluster registry.
+const (
+	// AnnotationBuild is the build's id.
+	AnnotationBuild = "sh.kiln.build"
+	// AnnotationBuiltin names the built-in template build the image's
+	// layers go on, "<name>:<hash>" ("" or absent: none, the image is
+	// whole).
+	AnnotationBuiltin = "sh.kiln.builtin"
+)
+
+// repoPartRE is what a repository path component may be (OCI
+// distribution's grammar).
+var repoPartRE = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
+
+// repoPart turns s (an API key's id, a template name) into a repository
+// path component: lowercase, runs of other characters as one '-'.
+func repoPart(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range strings.ToLower(s) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			b.WriteRune(c)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	p := strings.TrimRight(b.String(), "-")
+	if !repoPartRE.MatchString(p) {
+		return "x"
+	}
+	return p
+}
+
+// clusterRef is where build rec goes in the cluster registry:
+// REGISTRY/<owner>/<template>:<build id>. The build id is unique, so two
+// owners' templates of one name never share a tag.
+func (b *Builder) clusterRef(rec template.BuildRecord) string {
+	owner := rec.Owner
+	if owner == "" {
+		owner = "local"
+	}
+	return b.cfg.ClusterRegistry + "/" + repoPart(owner) + "/" + repoPart(rec.Template) + ":" + rec.ID
+}
+
+// pushToCluster pushes the finished build rec (its layers and config
+// set) to the cluster registry and returns the image's reference by
+// digest. A failed push fails the build: a ready build of a node with a
+// cluster registry is always usable on every node.
+func (r *run) pushToCluster(ctx context.Context, rec template.BuildRecord) (string, error) {
+	ref := r.b.clusterRef(rec)
+	var dirs []string
+	builtin := ""
+	for i, k := range rec.Layers {
+		name, ok := strings.CutPrefix(k, builtinPrefix)
+		if !ok {
+			dirs = append(dirs, r.dirs[i])
+			continue
+		}
+		parts := strings.Split(name, ":")
+		if base := parts[0] + ":" + parts[min(1, len(parts)-1)]; builtin == "" {
+			builtin = base
+		} else if base != builtin {
+			return "", fmt.Errorf("the build stacks two built-in templates (%s, %s): %w", builtin, base, errdefs.ErrFailedPrecondition)
+		}
+	}
+	c := imageConfig(rec.Config.Defaults, rec.Config.StartCmd)
+	c.Annotations = map[string]string{AnnotationBuild: rec.ID}
+	if builtin != "" {
+		c.Annotations[AnnotationBuiltin] = builtin
+	}
+	if builtin != "" {
+		r.logf(levelInfo, "[finalize] pushing %d layers to the cluster registry: %s (on built-in %s, which every node holds)", len(dirs), ref, builtin)
+	} else {
+		r.logf(levelInfo, "[finalize] pushing %d layers to the cluster registry: %s", len(dirs), ref)
+	}
+	t0 := time.Now()
+	digest, err := image.Push(ctx, ref, dirs, c, r.b.cfg.ClusterAuth, nil)
+	if err != nil {
+		return "", fmt.Errorf("pushing the build to the cluster registry: %w", err)
+	}
+	r.logf(levelInfo, "[finalize] pushed %s in %s", digest, since(t0))
+	r.b.log.Info("build pushed to the cluster registry", "build", rec.ID, "image", ref, "digest", digest, "layers", len(dirs), "took", time.Since(t0))
+	return ref + "@" + digest, nil
+}
+
+// Fetch makes build rec, whose files this node does not hold, usable
+// here from its image in the cluster registry (rec.Image): it pulls the
+// layers its layer store lacks, stores them under the build's own layer
+// keys, and writes the build's manifest with the record's config, so the
+// build is laid out as on the node that made it (and a build there with
+// the same steps finds them cached). One pull runs per build: concurrent
+// callers wait for it, each as long as its ctx allows; the pull itself
+// is bounded by the build timeout and ended by Close. The files stay: a
+// restart finds them, later creates are local. A template with a start
+// command has no warm checkpoint here yet: one is taken in the
+// background (runsc), and its sandboxes boot cold meanwhile.
+func (b *Builder) Fetch(ctx context.Context, rec template.BuildRecord) (*template.Template, error) {
+	if rec.Image == "" || rec.Status != template.BuildReady {
+		return nil, fmt.Errorf("template build %s is on node %s only (it has no image in the cluster registry): %w",
+			rec.ID, rec.Node, errdefs.ErrNotFound)
+	}
+	b.mu.Lock()
+	p := b.pulls[rec.ID]
+	if p == nil {
+		if b.ctx.Err() != nil {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("the template builder is shutting down: %w", errdefs.ErrUnavailable)
+		}
+		p = &pull{done: make(chan struct{})}
+		b.pulls[rec.ID] = p
+		pctx, cancel := context.WithTimeout(b.ctx, b.cfg.BuildTimeout)
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer cancel()
+			p.t, p.err = b.fetch(pctx, rec)
+			b.mu.Lock()
+			delete(b.pulls, rec.ID)
+			b.mu.Unlock()
+			close(p.done)
+		}()
+	}
+	b.mu.Unlock()
+	select {
+	case <-p.done:
+		return p.t, p.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for template build %s to be pulled from the cluster registry: %w", rec.ID, ctx.Err())
+	}
+}
+
+// pull is a Fetch in progress.
+type pull struct {
+	done chan struct{} // closed when t or err is set
+	t    *template.Template
+	err  error
+}
+
+func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*template.Template, error) {
+	if t, err := b.cfg.Catalog.Build(rec.ID); err == nil {
+		return t, nil // an earlier fetch finished
+	}
+	t0 := time.Now()
+	log := b.log.With("build", rec.ID, "template", rec.Template, "image", rec.Image)
+	dirs := make([]string, len(rec.Layers))
+	var own, missing []int // indexes of the layers in the image; of those not here
+	var leased []*layer.Layer
+	defer func() {
+		for _, l := range leased {
+			_ = l.Release()
+		}
+	}()
+	for i, k := range rec.Layers {
+		if name, ok := strings.CutPrefix(k, builtinPrefix); ok {
+			dir, err := builtinDir(b.cfg.DataDir, name)
+			if err != nil {
+				return nil, fmt.Errorf("template %s (build %s) goes on built-in template build %s, which this node does not hold "+
+					"(its built-in templates must be the same build as node %s's): %w", rec.Template, rec.ID, name, rec.Node, errdefs.ErrFailedPrecondition)
+			}
+			dirs[i] = dir
+			continue
+		}
+		own = append(own, i)
+		l, err := b.cfg.Layers.Acquire(k)
+		switch {
+		case err == nil:
+			leased = append(leased, l)
+			dirs[i] = l.Dir()
+		case errors.Is(err, errdefs.ErrNotFound):
+			missing = append(missing, i)
+		default:
+			return nil, fmt.Errorf("reading the layer store: %w", err)
+		}
+	}
+	if len(missing) > 0 {
+		log.Info("pulling a template build from the cluster registry", "layers", len(missing))
+		img, err := image.Pull(ctx, rec.Image, b.cfg.ClusterAuth, nil)
+		if err != nil {
+			return nil, fmt.Errorf("pulling template %s (build %s) from the cluster registry: %w", rec.Template, rec.ID, err)
+		}
+		defer img.Close()
+		ils := img.Layers()
+		if len(ils) != len(own) {
+			return nil, fmt.Errorf("the cluster registry's image of build %s has %d layers, its record %d: %w", rec.ID, len(ils), len(own), errdefs.ErrFailedPrecondition)
+		}
+		for j, i := range own {
+			if dirs[i] != "" {
+				continue
+			}
+			l, err := b.unpack(ctx, ils[j], rec.Layers[i])
+			if err != nil {
+				return nil, fmt.Errorf("unpacking layer %d of build %s: %w", j+1, rec.ID, err)
+			}
+			leased = append(leased, l)
+			dirs[i] = l.Dir()
+		}
+	}
+	dir := b.buildDir(rec.ID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating build dir: %w", err)
+	}
+	if err := template.WriteManifest(dir, b.manifest(rec.Template, rec.ID, dirs, rec.Config)); err != nil {
+		return nil, err
+	}
+	t, err := b.cfg.Catalog.Build(rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("template build fetched from the cluster registry", "layers", len(rec.Layers), "pulled", len(missing), "took", time.Since(t0))
+	if t.Warm != nil && b.cfg.Images != nil && b.cfg.Images.CanWarm() {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if _, err := b.cfg.Images.BuildWarmTemplate(b.ctx, t); err != nil && b.ctx.Err() == nil {
+				log.Warn("taking the warm checkpoint of a pulled template build; its sandboxes boot cold", "err", err)
+			}
+		}()
+	}
+	return t, nil
+}
