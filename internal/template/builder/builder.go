@@ -273,7 +273,11 @@ func layerKeyOf(dir string) string { return filepath.Base(filepath.Dir(dir)) }
 // Close cancels every running build and waits for each to end (failed,
 // its sandbox killed).
 func (b *Builder) Close() {
+	// Under mu: admit and Fetch check the context under it before they
+	// add to wg, so none adds once Wait may have begun.
+	b.mu.Lock()
 	b.cancel()
+	b.mu.Unlock()
 	b.wg.Wait()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -162,6 +163,19 @@ func (b *Builder) Fetch(ctx context.Context, rec template.BuildRecord) (*templat
 	}
 }
 
+// unavailable is what a failure to pull build rec (doing what) tells the
+// client: that this node cannot have the template now (503: a front
+// tries another node), not the registry's address or the host's paths,
+// which go to the log.
+func unavailable(ctx context.Context, log *slog.Logger, rec template.BuildRecord, what string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s template build %s from the cluster registry: %w", what, rec.ID, ctx.Err())
+	}
+	log.Error("fetching a template build from the cluster registry", "doing", what, "err", err)
+	return fmt.Errorf("template %s (build %s) cannot be had on this node now: %s it from the cluster registry failed "+
+		"(the server's log has the details): %w", rec.Template, rec.ID, what, errdefs.ErrUnavailable)
+}
+
 // pull is a Fetch in progress.
 type pull struct {
 	done chan struct{} // closed when t or err is set
@@ -209,7 +223,7 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 		log.Info("pulling a template build from the cluster registry", "layers", len(missing))
 		img, err := image.Pull(ctx, rec.Image, b.cfg.ClusterAuth, nil)
 		if err != nil {
-			return nil, fmt.Errorf("pulling template %s (build %s) from the cluster registry: %w", rec.Template, rec.ID, err)
+			return nil, unavailable(ctx, log, rec, "pulling", err)
 		}
 		defer img.Close()
 		ils := img.Layers()
@@ -222,7 +236,7 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 			}
 			l, err := b.unpack(ctx, ils[j], rec.Layers[i])
 			if err != nil {
-				return nil, fmt.Errorf("unpacking layer %d of build %s: %w", j+1, rec.ID, err)
+				return nil, unavailable(ctx, log, rec, fmt.Sprintf("unpacking layer %d of", j+1), err)
 			}
 			leased = append(leased, l)
 			dirs[i] = l.Dir()

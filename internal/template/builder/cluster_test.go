@@ -46,8 +46,9 @@ func otherNode(t *testing.T, e *env, reg string, bare bool) (*builder.Builder, *
 // there (its own layers only, on a built-in) before it is ready; another
 // node resolving the template pulls it once however many ask at once,
 // with the same config and content, keeps it across a restart, and
-// refuses clearly when it lacks the built-in build underneath. A push
-// that fails fails the build.
+// refuses clearly when it lacks the built-in build underneath, or
+// answers unavailable when the registry is gone. A push that fails fails
+// the build.
 func TestClusterFetch(t *testing.T) {
 	ocitest.RequireRoot(t)
 	var manifests atomic.Int64
@@ -133,6 +134,14 @@ func TestClusterFetch(t *testing.T) {
 	_, bare := otherNode(t, e, prefix, true)
 	if _, err := bare.Resolve(t.Context(), "Key_A", "app"); !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), "does not hold") {
 		t.Errorf("a node without base's build: %v; want failed_precondition, saying so", err)
+	}
+
+	// A node that cannot reach the registry answers unavailable (a
+	// front tries another node), without the registry's address.
+	srv.Close()
+	_, cut := otherNode(t, e, prefix, false)
+	if _, err := cut.Resolve(t.Context(), "Key_A", "app"); !errors.Is(err, errdefs.ErrUnavailable) || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("a node without the registry: %v; want unavailable, not naming the registry", err)
 	}
 
 	// A registry that does not answer fails the build, saying so.
