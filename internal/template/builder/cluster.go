@@ -102,10 +102,14 @@ func (r *run) pushToCluster(ctx context.Context, rec template.BuildRecord) (stri
 	if builtin != "" {
 		c.Annotations[AnnotationBuiltin] = builtin
 	}
+	n := fmt.Sprintf("%d layers", len(dirs))
+	if len(dirs) == 1 {
+		n = "1 layer"
+	}
 	if builtin != "" {
-		r.logf(levelInfo, "[finalize] pushing %d layers to the cluster registry: %s (on built-in %s, which every node holds)", len(dirs), ref, builtin)
+		r.logf(levelInfo, "[finalize] pushing %s to the cluster registry: %s (on built-in %s, which every node holds)", n, ref, builtin)
 	} else {
-		r.logf(levelInfo, "[finalize] pushing %d layers to the cluster registry: %s", len(dirs), ref)
+		r.logf(levelInfo, "[finalize] pushing %s to the cluster registry: %s", n, ref)
 	}
 	t0 := time.Now()
 	digest, err := image.Push(ctx, ref, dirs, c, r.b.cfg.ClusterAuth, nil)
