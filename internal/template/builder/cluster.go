@@ -151,7 +151,7 @@ func (b *Builder) Fetch(ctx context.Context, rec template.BuildRecord) (*templat
 		go func() {
 			defer b.wg.Done()
 			defer cancel()
-			p.t, p.err = b.fetch(pctx, rec)
+			p.err = b.fetch(pctx, rec)
 			b.mu.Lock()
 			delete(b.pulls, rec.ID)
 			b.mu.Unlock()
@@ -161,7 +161,10 @@ func (b *Builder) Fetch(ctx context.Context, rec template.BuildRecord) (*templat
 	b.mu.Unlock()
 	select {
 	case <-p.done:
-		return p.t, p.err
+		if p.err != nil {
+			return nil, p.err
+		}
+		return b.cfg.Catalog.Build(rec.ID) // each caller its own copy
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for template build %s to be pulled from the cluster registry: %w", rec.ID, ctx.Err())
 	}
@@ -182,14 +185,14 @@ func unavailable(ctx context.Context, log *slog.Logger, rec template.BuildRecord
 
 // pull is a Fetch in progress.
 type pull struct {
-	done chan struct{} // closed when t or err is set
-	t    *template.Template
+	done chan struct{} // closed when err is set
 	err  error
 }
 
-func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*template.Template, error) {
-	if t, err := b.cfg.Catalog.Build(rec.ID); err == nil {
-		return t, nil // an earlier fetch finished
+// fetch lays build rec out here (Fetch).
+func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) error {
+	if _, err := b.cfg.Catalog.Build(rec.ID); err == nil {
+		return nil // an earlier fetch finished
 	}
 	t0 := time.Now()
 	log := b.log.With("build", rec.ID, "template", rec.Template, "image", rec.Image)
@@ -205,7 +208,7 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 		if name, ok := strings.CutPrefix(k, builtinPrefix); ok {
 			dir, err := builtinDir(b.cfg.DataDir, name)
 			if err != nil {
-				return nil, fmt.Errorf("template %s (build %s) goes on built-in template build %s, which this node does not hold "+
+				return fmt.Errorf("template %s (build %s) goes on built-in template build %s, which this node does not hold "+
 					"(its built-in templates must be the same build as node %s's): %w", rec.Template, rec.ID, name, rec.Node, errdefs.ErrFailedPrecondition)
 			}
 			dirs[i] = dir
@@ -220,19 +223,19 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 		case errors.Is(err, errdefs.ErrNotFound):
 			missing = append(missing, i)
 		default:
-			return nil, fmt.Errorf("reading the layer store: %w", err)
+			return fmt.Errorf("reading the layer store: %w", err)
 		}
 	}
 	if len(missing) > 0 {
 		log.Info("pulling a template build from the cluster registry", "layers", len(missing))
 		img, err := image.Pull(ctx, rec.Image, b.cfg.ClusterAuth, nil)
 		if err != nil {
-			return nil, unavailable(ctx, log, rec, "pulling", err)
+			return unavailable(ctx, log, rec, "pulling", err)
 		}
 		defer img.Close()
 		ils := img.Layers()
 		if len(ils) != len(own) {
-			return nil, fmt.Errorf("the cluster registry's image of build %s has %d layers, its record %d: %w", rec.ID, len(ils), len(own), errdefs.ErrFailedPrecondition)
+			return fmt.Errorf("the cluster registry's image of build %s has %d layers, its record %d: %w", rec.ID, len(ils), len(own), errdefs.ErrFailedPrecondition)
 		}
 		for j, i := range own {
 			if dirs[i] != "" {
@@ -240,7 +243,7 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 			}
 			l, err := b.unpack(ctx, ils[j], rec.Layers[i])
 			if err != nil {
-				return nil, unavailable(ctx, log, rec, fmt.Sprintf("unpacking layer %d of", j+1), err)
+				return unavailable(ctx, log, rec, fmt.Sprintf("unpacking layer %d of", j+1), err)
 			}
 			leased = append(leased, l)
 			dirs[i] = l.Dir()
@@ -248,14 +251,14 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 	}
 	dir := b.buildDir(rec.ID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating build dir: %w", err)
+		return fmt.Errorf("creating build dir: %w", err)
 	}
 	if err := template.WriteManifest(dir, b.manifest(rec.Template, rec.ID, dirs, rec.Config)); err != nil {
-		return nil, err
+		return err
 	}
 	t, err := b.cfg.Catalog.Build(rec.ID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	log.Info("template build fetched from the cluster registry", "layers", len(rec.Layers), "pulled", len(missing), "took", time.Since(t0))
 	if t.Warm != nil && b.cfg.Images != nil && b.cfg.Images.CanWarm() {
@@ -267,5 +270,5 @@ func (b *Builder) fetch(ctx context.Context, rec template.BuildRecord) (*templat
 			}
 		}()
 	}
-	return t, nil
+	return nil
 }
