@@ -3,6 +3,8 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -83,6 +85,28 @@ func byLoad(fit []Node, k int) []Node {
 		out[i] = fit[j]
 	}
 	return out
+}
+
+// Affine returns the live node that ranks first for key: the highest
+// hash of key and the node's name (rendezvous hashing). Every front
+// picks the same node for a key while the live nodes are the same, and
+// a node that comes or goes moves only the keys that rank it first. ok
+// is false when no node is live.
+func Affine(nodes []Node, key string) (_ Node, ok bool) {
+	var (
+		best  Node
+		score uint64
+	)
+	for _, n := range nodes {
+		if n.State != NodeLive {
+			continue
+		}
+		sum := sha256.Sum256([]byte(key + "\x00" + n.Name))
+		if h := binary.BigEndian.Uint64(sum[:8]); !ok || h > score {
+			best, score, ok = n, h, true
+		}
+	}
+	return best, ok
 }
 
 func orDefault(rt string) string {

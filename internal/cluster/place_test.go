@@ -97,6 +97,44 @@ func TestPlaceSamplesK(t *testing.T) {
 	}
 }
 
+// TestAffine: a key's node is the same whatever the nodes' order, never
+// a lost one, and moves only when its own node goes; keys spread over
+// the nodes.
+func TestAffine(t *testing.T) {
+	ns := []cluster.Node{n("a", 0, 10, "runc"), n("b", 0, 10, "runc"), n("c", 0, 10, "runc"), n("d", 0, 10, "runc")}
+	if _, ok := cluster.Affine(nil, "k"); ok {
+		t.Error("Affine of no node found one")
+	}
+	spread := map[string]int{}
+	for i := range 200 {
+		key := fmt.Sprintf("key_%d", i)
+		first, ok := cluster.Affine(ns, key)
+		if !ok {
+			t.Fatal("no node")
+		}
+		spread[first.Name]++
+		rev := slices.Clone(ns)
+		slices.Reverse(rev)
+		if again, _ := cluster.Affine(rev, key); again.Name != first.Name {
+			t.Fatalf("%s: %s, then %s in another order", key, first.Name, again.Name)
+		}
+		// Another node lost: the key stays; its own lost: it moves.
+		for j := range ns {
+			less := slices.Clone(ns)
+			less[j].State = cluster.NodeLost
+			got, _ := cluster.Affine(less, key)
+			if (ns[j].Name == first.Name) != (got.Name != first.Name) {
+				t.Fatalf("%s on %s; with %s lost: %s", key, first.Name, ns[j].Name, got.Name)
+			}
+		}
+	}
+	for _, nd := range ns {
+		if spread[nd.Name] < 20 {
+			t.Errorf("200 keys over 4 nodes: %v; want each node some", spread)
+		}
+	}
+}
+
 // BenchmarkPlace: a front's placement decision over a large cluster (the
 // catalog query it follows is not included).
 func BenchmarkPlace(b *testing.B) {

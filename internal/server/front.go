@@ -98,7 +98,7 @@ func (s *Server) registerFront() {
 	s.route("/v1/sandboxes/{id}/", s.frontSandbox, streamBody)
 	s.route("GET /v1/volumes/{id}", s.frontVolume, 0)
 	s.route("DELETE /v1/volumes/{id}", s.frontVolume, 0)
-	s.route("GET /v1/templates/builds/{id}/logs", s.frontBuildLogs, 0)
+	s.registerFrontTemplates()
 	s.route("GET /console/", s.frontAny, public)
 	s.route("/", s.frontAny, streamBody)
 }

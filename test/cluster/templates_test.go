@@ -1,8 +1,11 @@
 package cluster_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"log"
@@ -51,8 +54,8 @@ func (c *registryCounts) wrap(next http.Handler) http.Handler {
 // whichever node the front sends the build to, is usable on every node.
 // A front and three nodes (runc, one slot each) share a real OCI
 // registry on loopback as their cluster registry; the build (FROM base,
-// a RUN writing a marker, an ENV) is pushed there with only its own
-// layer, on base's exact build; three concurrent creates land one on
+// a RUN writing a marker, a COPY of files uploaded through the front, an
+// ENV) is pushed there with only its own layers, on base's exact build; three concurrent creates land one on
 // each node, the two that did not build pull it once, and each sandbox
 // has the marker, the env, and base's user and workdir. A node restarted
 // still has the build: its next sandbox is made without a pull.
@@ -86,12 +89,31 @@ func TestClusterTemplates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
-	// The build, through the front, on whichever node it picks.
+	// A COPY step's files, uploaded through the front as the CLI does
+	// (asked for first), then the build: the front sends both to the
+	// key's build node.
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	_ = tw.WriteHeader(&tar.Header{Name: "data.txt", Mode: 0o644, Size: 11, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("copied-7-ok"))
+	_ = tw.Close()
+	sum := sha256.Sum256(tarball.Bytes())
+	hash := hex.EncodeToString(sum[:])
+	if there, err := c.TemplateFilesExist(ctx, hash); err != nil || there {
+		t.Fatalf("files before the upload: %v, %v", there, err)
+	}
+	if err := c.UploadTemplateFiles(ctx, hash, bytes.NewReader(tarball.Bytes())); err != nil {
+		t.Fatalf("uploading a COPY step's files through the front: %v", err)
+	}
+	if there, err := c.TemplateFilesExist(ctx, hash); err != nil || !there {
+		t.Fatalf("files after the upload, through the front: %v, %v", there, err)
+	}
 	t0 := time.Now()
 	b, err := c.StartTemplateBuild(ctx, api.TemplateBuildRequest{Template: "marked:v1", Spec: api.TemplateSpec{
 		From: api.TemplateBase{Template: "base"},
 		Steps: []api.TemplateStep{
 			{Type: api.StepRun, Args: []string{"echo tmpl-marker-42 >/opt/marker", "root"}},
+			{Type: api.StepCopy, Args: []string{"data.txt", "/opt/data.txt"}, FilesHash: hash},
 			{Type: api.StepEnv, Args: []string{"TMPL_MARK", "env-ok"}},
 		},
 	}})
@@ -141,9 +163,9 @@ func TestClusterTemplates(t *testing.T) {
 			own++
 		}
 	}
-	if len(m.Layers) != own || own != 1 || !strings.HasPrefix(m.Annotations[builder.AnnotationBuiltin], "base:") ||
+	if len(m.Layers) != own || own != 2 || !strings.HasPrefix(m.Annotations[builder.AnnotationBuiltin], "base:") ||
 		m.Annotations[builder.AnnotationBuild] != b.ID {
-		t.Errorf("image: %d layers, annotations %v; want the build's 1 own layer (of %d), on built-in base, build %s",
+		t.Errorf("image: %d layers, annotations %v; want the build's 2 own layers (of %d), on built-in base, build %s",
 			len(m.Layers), m.Annotations, len(rec.Layers), b.ID)
 	}
 	var size int64
@@ -156,11 +178,11 @@ func TestClusterTemplates(t *testing.T) {
 	// One sandbox on every node: one slot each, three at once.
 	check := func(t *testing.T, id string) {
 		t.Helper()
-		r, err := c.Output(ctx, id, api.CommandRequest{Cmd: `cat /opt/marker; echo "$TMPL_MARK"; whoami; pwd`})
+		r, err := c.Output(ctx, id, api.CommandRequest{Cmd: `cat /opt/marker; cat /opt/data.txt; echo; echo "$TMPL_MARK"; whoami; pwd`})
 		if err != nil {
 			t.Fatalf("command in %s: %v", id, err)
 		}
-		if want := "tmpl-marker-42\nenv-ok\nuser\n/home/user\n"; r.Stdout != want || r.Exit.Code != 0 {
+		if want := "tmpl-marker-42\ncopied-7-ok\nenv-ok\nuser\n/home/user\n"; r.Stdout != want || r.Exit.Code != 0 {
 			t.Errorf("sandbox %s on %s: stdout %q, stderr %q, exit %d; want %q", id, w.nodeOf(id), r.Stdout, r.Stderr, r.Exit.Code, want)
 		}
 	}
