@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -143,6 +144,8 @@ func TestClusterTemplates(t *testing.T) {
 	if !strings.Contains(pushLine, "pushed sha256:") {
 		t.Errorf("the build's log says nothing of the push:%s", pushLine)
 	}
+
+	t.Run("an E2B template build through the front", func(t *testing.T) { e2bBuild(ctx, t, w, front, reg) })
 
 	// The image in the registry: its own layer only, on base's build.
 	ref, err := name.ParseReference(rec.Image)
@@ -311,4 +314,87 @@ func fetchLines(t *testing.T, p *proc) []string {
 		}
 	}
 	return out
+}
+
+// e2bBuild builds a template through front with E2B's template API, as
+// its SDKs do: the build request, an upload link (naming the front) and
+// the upload through it, the steps, the status polled until ready. The
+// front takes them all to one node; the build is pushed to reg.
+func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg string) {
+	call := func(method, url string, body any, out any, want int) {
+		t.Helper()
+		var rd io.Reader
+		switch b := body.(type) {
+		case nil:
+		case []byte:
+			rd = bytes.NewReader(b)
+		default:
+			j, _ := json.Marshal(b)
+			rd = bytes.NewReader(j)
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, url, rd)
+		req.Header.Set("X-API-KEY", w.key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("%s %s: status %d, want %d: %s", method, url, resp.StatusCode, want, b)
+		}
+		if out != nil {
+			if err := json.Unmarshal(b, out); err != nil {
+				t.Fatalf("%s %s: %v: %s", method, url, err, b)
+			}
+		}
+	}
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	_ = tw.WriteHeader(&tar.Header{Name: "e2b.txt", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("e2b-ok"))
+	_ = tw.Close()
+	sum := sha256.Sum256(tarball.Bytes())
+	hash := hex.EncodeToString(sum[:])
+
+	var req struct{ TemplateID, BuildID string }
+	call("POST", front.url+"/v3/templates", map[string]any{"name": "e2btpl"}, &req, http.StatusAccepted)
+	var link struct {
+		Present bool
+		URL     string
+	}
+	call("GET", front.url+"/templates/e2btpl/files/"+hash, nil, &link, http.StatusCreated)
+	if link.Present || !strings.HasPrefix(link.URL, front.url+"/templates/e2btpl/files/"+hash+"?") {
+		t.Fatalf("upload link %+v: want one on the front (%s)", link, front.url)
+	}
+	call("PUT", link.URL, tarball.Bytes(), nil, http.StatusOK)
+	call("POST", front.url+"/v2/templates/e2btpl/builds/"+req.BuildID, map[string]any{"fromTemplate": "base",
+		"steps": []any{map[string]any{"type": "COPY", "args": []string{"e2b.txt", "/opt/e2b.txt"}, "filesHash": hash}}}, nil, http.StatusAccepted)
+	var st struct {
+		Status     string
+		LogEntries []struct{ Message string }
+		Reason     *struct{ Message string }
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		call("GET", front.url+"/templates/e2btpl/builds/"+req.BuildID+"/status", nil, &st, http.StatusOK)
+		if st.Status == "ready" || st.Status == "error" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("E2B build still %s after a minute", st.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	rec, err := w.catalog.GetBuild(ctx, req.BuildID)
+	if st.Status != "ready" || err != nil || !strings.HasPrefix(rec.Image, reg+"/") {
+		t.Fatalf("E2B build: %+v; record %+v, %v", st, rec, err)
+	}
+	logged := false
+	for _, e := range st.LogEntries {
+		logged = logged || strings.Contains(e.Message, "pushed sha256:")
+	}
+	if !logged {
+		t.Errorf("the E2B build's status, through the front, has no log of the push: %+v", st.LogEntries)
+	}
 }
