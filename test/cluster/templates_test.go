@@ -93,17 +93,11 @@ func TestClusterTemplates(t *testing.T) {
 	// A COPY step's files, uploaded through the front as the CLI does
 	// (asked for first), then the build: the front sends both to the
 	// key's build node.
-	var tarball bytes.Buffer
-	tw := tar.NewWriter(&tarball)
-	_ = tw.WriteHeader(&tar.Header{Name: "data.txt", Mode: 0o644, Size: 11, Typeflag: tar.TypeReg})
-	_, _ = tw.Write([]byte("copied-7-ok"))
-	_ = tw.Close()
-	sum := sha256.Sum256(tarball.Bytes())
-	hash := hex.EncodeToString(sum[:])
+	tarball, hash := tarOf("data.txt", "copied-7-ok")
 	if there, err := c.TemplateFilesExist(ctx, hash); err != nil || there {
 		t.Fatalf("files before the upload: %v, %v", there, err)
 	}
-	if err := c.UploadTemplateFiles(ctx, hash, bytes.NewReader(tarball.Bytes())); err != nil {
+	if err := c.UploadTemplateFiles(ctx, hash, bytes.NewReader(tarball)); err != nil {
 		t.Fatalf("uploading a COPY step's files through the front: %v", err)
 	}
 	if there, err := c.TemplateFilesExist(ctx, hash); err != nil || !there {
@@ -350,13 +344,7 @@ func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg stri
 			}
 		}
 	}
-	var tarball bytes.Buffer
-	tw := tar.NewWriter(&tarball)
-	_ = tw.WriteHeader(&tar.Header{Name: "e2b.txt", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
-	_, _ = tw.Write([]byte("e2b-ok"))
-	_ = tw.Close()
-	sum := sha256.Sum256(tarball.Bytes())
-	hash := hex.EncodeToString(sum[:])
+	tarball, hash := tarOf("e2b.txt", "e2b-ok")
 
 	var req struct{ TemplateID, BuildID string }
 	call("POST", front.url+"/v3/templates", map[string]any{"name": "e2btpl"}, &req, http.StatusAccepted)
@@ -368,7 +356,7 @@ func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg stri
 	if link.Present || !strings.HasPrefix(link.URL, front.url+"/templates/e2btpl/files/"+hash+"?") {
 		t.Fatalf("upload link %+v: want one on the front (%s)", link, front.url)
 	}
-	call("PUT", link.URL, tarball.Bytes(), nil, http.StatusOK)
+	call("PUT", link.URL, tarball, nil, http.StatusOK)
 	call("POST", front.url+"/v2/templates/e2btpl/builds/"+req.BuildID, map[string]any{"fromTemplate": "base",
 		"steps": []any{map[string]any{"type": "COPY", "args": []string{"e2b.txt", "/opt/e2b.txt"}, "filesHash": hash}}}, nil, http.StatusAccepted)
 	var st struct {
@@ -397,4 +385,15 @@ func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg stri
 	if !logged {
 		t.Errorf("the E2B build's status, through the front, has no log of the push: %+v", st.LogEntries)
 	}
+}
+
+// tarOf is a tar of one file, as a COPY step's upload, and its hash.
+func tarOf(name, content string) ([]byte, string) {
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte(content))
+	_ = tw.Close()
+	sum := sha256.Sum256(b.Bytes())
+	return b.Bytes(), hex.EncodeToString(sum[:])
 }
