@@ -35,11 +35,19 @@ func otherNode(t *testing.T, e *env, reg string, bare bool) (*builder.Builder, *
 	t.Helper()
 	dir := t.TempDir()
 	if !bare {
-		if err := os.Symlink(template.Dir(e.dataDir), template.Dir(dir)); err != nil {
-			t.Fatal(err)
-		}
+		dir = otherDataDir(t, e)
 	}
-	return otherNodeAt(t, e, dir, reg)
+	return otherNodeAt(t, e, dir, reg, nil)
+}
+
+// otherDataDir is a data dir with e's built-in templates.
+func otherDataDir(t *testing.T, e *env) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Symlink(template.Dir(e.dataDir), template.Dir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestClusterFetch: a build of a node with a cluster registry is pushed
@@ -125,7 +133,7 @@ func TestClusterFetch(t *testing.T) {
 
 	// A restart keeps it: no pull.
 	b2.Close()
-	_, cat3 := otherNodeAt(t, e, cat2.DataDir, prefix)
+	_, cat3 := otherNodeAt(t, e, cat2.DataDir, prefix, nil)
 	if _, err := cat3.Resolve(t.Context(), "Key_A", "app"); err != nil || manifests.Load() != 1 {
 		t.Errorf("after a restart: %v, %d pulls in all; want the build without a pull", err, manifests.Load())
 	}
@@ -154,8 +162,9 @@ func TestClusterFetch(t *testing.T) {
 	}
 }
 
-// otherNodeAt is otherNode on an existing data dir (a restart).
-func otherNodeAt(t *testing.T, e *env, dir, reg string) (*builder.Builder, *template.Catalog) {
+// otherNodeAt is otherNode on an existing data dir (a restart), taking
+// warm snapshots with im (nil: none).
+func otherNodeAt(t *testing.T, e *env, dir, reg string, im *sandbox.Images) (*builder.Builder, *template.Catalog) {
 	t.Helper()
 	layers, err := layer.Open(filepath.Join(dir, "layers"))
 	if err != nil {
@@ -163,7 +172,7 @@ func otherNodeAt(t *testing.T, e *env, dir, reg string) (*builder.Builder, *temp
 	}
 	cat := &template.Catalog{DataDir: dir, Store: e.records}
 	b, err := builder.New(context.Background(), builder.Config{DataDir: dir, Node: "node-2", Records: e.records, Layers: layers,
-		Catalog: cat, ClusterRegistry: reg, BuildTimeout: time.Minute,
+		Catalog: cat, ClusterRegistry: reg, BuildTimeout: time.Minute, Images: im,
 		Log: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)
@@ -171,4 +180,40 @@ func otherNodeAt(t *testing.T, e *env, dir, reg string) (*builder.Builder, *temp
 	t.Cleanup(b.Close)
 	cat.SetFetch(b.Fetch)
 	return b, cat
+}
+
+// TestClusterFetchWarm: a node that pulls a template with a start
+// command takes its warm snapshot in the background (runsc), as kiln
+// serve does for the built-ins; the pull itself does not wait for it.
+func TestClusterFetchWarm(t *testing.T) {
+	ocitest.RequireRoot(t)
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(reg)
+	t.Cleanup(srv.Close)
+	prefix := strings.TrimPrefix(srv.URL, "http://") + "/kiln"
+	e := newEnvWith(t, "runsc", func(_ *sandbox.Config, c *builder.Config) { c.ClusterRegistry = prefix })
+	if !e.im.CanWarm() {
+		ocitest.Require(t, false, "runsc cannot checkpoint here")
+	}
+	rec, logs := e.build("key_w", "served", api.TemplateSpec{From: api.TemplateBase{Template: "base"},
+		StartCmd: "sleep 1000", ReadyCmd: "true"})
+	if rec.Status != template.BuildReady || rec.Image == "" {
+		t.Fatalf("build: %s %q %q%s", rec.Status, rec.Reason, rec.Image, lines(logs))
+	}
+	_, cat := otherNodeAt(t, e, otherDataDir(t, e), prefix, e.im)
+	t0 := time.Now()
+	there, err := cat.Resolve(t.Context(), "key_w", "served")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pulled in %v", time.Since(t0))
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(there.Dir, "warm", "*", "warm.json")); len(m) > 0 {
+			t.Logf("warm snapshot taken %v after the pull", time.Since(t0))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no warm snapshot of the pulled template after 2 minutes")
+		}
+	}
 }
