@@ -275,8 +275,7 @@ func (s *Server) reservation(k apikey.Key, memory int64) cluster.Reservation {
 // one node that holds what it starts from (its snapshot, or a custom
 // template not in the cluster registry) and its volumes, if it names
 // any; a custom template in the cluster registry prefers the nodes that
-// hold it. What the catalog does not
-// know is left to the node to refuse.
+// hold it. What the catalog does not know is left to the node to refuse.
 func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot string, vols []api.VolumeMount) (cluster.Want, error) {
 	want := cluster.Want{Runtime: runtime}
 	pin := func(node, what string) error {
