@@ -151,6 +151,10 @@ type TemplateBuild struct {
 	// command passed its ready check.
 	Layers int  `json:"layers,omitempty"`
 	Warm   bool `json:"warm,omitempty"`
+	// Image is the build in the cluster registry
+	// ("registry/repository:tag@sha256:…"), when its node has one
+	// (docs/cluster.md): other nodes pull it on first use.
+	Image string `json:"image,omitempty"`
 	// Spec is the recipe, without registry credentials.
 	Spec *TemplateSpec `json:"spec,omitempty"`
 }

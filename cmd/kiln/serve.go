@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/apikey"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b"
@@ -80,6 +81,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&cl.Token, "cluster-token", cl.Token, "shared secret between fronts and nodes, 32+ characters (KILN_CLUSTER_TOKEN; prefer the environment)")
 	fs.StringVar(&cl.AdvertiseURL, "advertise-url", cl.AdvertiseURL, "URL fronts reach this node at (KILN_ADVERTISE_URL; default http://LISTEN)")
 	fs.IntVar(&cl.Slots, "node-slots", cl.Slots, "sandboxes this node takes (KILN_NODE_SLOTS)")
+	fs.StringVar(&cl.Registry, "cluster-registry", cl.Registry,
+		`OCI registry and repository prefix where nodes keep custom template builds for each other, e.g. "registry.internal/kiln" (KILN_CLUSTER_REGISTRY)`)
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -176,6 +179,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Running builds are cancelled (and recorded failed) before the
 	// Manager closes.
 	defer bld.Close()
+	// A node pulls the custom builds it does not hold from the cluster
+	// registry on first use.
+	catalog.SetFetch(bld.Fetch)
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
@@ -258,11 +264,19 @@ func newBuilder(ctx context.Context, cfg config.Config, st store.Backend, catalo
 		network = sandbox.NetworkNAT
 	}
 	b := cfg.Server.Builds.WithDefaults()
+	var registry string
+	var auth *api.RegistryAuth
+	if cl := cfg.Cluster; cl.Role == config.RoleNode && cl.Registry != "" {
+		registry = cl.Registry
+		if cl.RegistryUser != "" || cl.RegistryPassword != "" {
+			auth = &api.RegistryAuth{Username: cl.RegistryUser, Password: cl.RegistryPassword}
+		}
+	}
 	return builder.New(ctx, builder.Config{
 		DataDir: cfg.DataDir, Node: node, Records: st, Layers: layers, Catalog: catalog, Sandboxes: m, Images: im,
 		Network: network, BuildTimeout: b.Timeout, MaxLayerBytes: b.MaxLayerBytes, MaxContextBytes: b.MaxContextBytes,
 		MaxPerOwner: b.MaxPerKey, MaxConcurrent: b.MaxConcurrent, Observer: mt, Log: log,
-		Registries: image.ServerGuard(b.LoopbackRegistries),
+		Registries: image.ServerGuard(b.LoopbackRegistries), ClusterRegistry: registry, ClusterAuth: auth,
 	})
 }
 

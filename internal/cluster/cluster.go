@@ -47,6 +47,10 @@ type Node struct {
 	Slots       int      // sandboxes that have not ended it takes
 	Runtimes    []string // runsc, runc: those it can run
 	Templates   []string // built-in templates it has
+	// Builds are the custom template builds whose files it holds (built
+	// there, or pulled from the cluster registry): fronts prefer these
+	// nodes for the builds' sandboxes.
+	Builds []string
 
 	StartedAt   time.Time
 	HeartbeatAt time.Time // the catalog's clock
@@ -153,9 +157,9 @@ func NewReservationID() string {
 	return hex.EncodeToString(b)
 }
 
-// JSONLists returns n's runtimes and templates as JSON arrays ("[]" for
-// none), as both stores keep them.
-func (n Node) JSONLists() (runtimes, templates string) {
+// JSONLists returns n's runtimes, templates and builds as JSON arrays
+// ("[]" for none), as both stores keep them.
+func (n Node) JSONLists() (runtimes, templates, builds string) {
 	enc := func(l []string) string {
 		if l == nil {
 			l = []string{}
@@ -163,5 +167,20 @@ func (n Node) JSONLists() (runtimes, templates string) {
 		b, _ := json.Marshal(l) // a []string always encodes
 		return string(b)
 	}
-	return enc(n.Runtimes), enc(n.Templates)
+	return enc(n.Runtimes), enc(n.Templates), enc(n.Builds)
+}
+
+// DecodeLists sets n's runtimes, templates and builds from the JSON
+// arrays JSONLists made.
+func (n *Node) DecodeLists(runtimes, templates, builds []byte) error {
+	for _, l := range []struct {
+		what string
+		b    []byte
+		dst  *[]string
+	}{{"runtimes", runtimes, &n.Runtimes}, {"templates", templates, &n.Templates}, {"builds", builds, &n.Builds}} {
+		if err := json.Unmarshal(l.b, l.dst); err != nil {
+			return fmt.Errorf("decoding node %s %s: %w", n.Name, l.what, err)
+		}
+	}
+	return nil
 }

@@ -22,7 +22,8 @@ type Member struct {
 	Records   sandbox.Store
 	Sandboxes *sandbox.Manager
 	// Self is the node's entry: name, URL, capacity (see Host). The
-	// built-in templates it has are read from DataDir at each heartbeat.
+	// built-in templates and custom builds it has are read from DataDir
+	// at each heartbeat.
 	Self    Node
 	DataDir string
 	// Interval is the heartbeat's; Silence how long a node may go without
@@ -61,10 +62,11 @@ func Join(ctx context.Context, m Member) error {
 	return nil
 }
 
-// describe is the node's entry with the templates it has now.
+// describe is the node's entry with the templates it has now: its
+// built-ins, and the custom builds whose files it holds.
 func (m Member) describe() Node {
 	n := m.Self
-	n.Templates = nil
+	n.Templates, n.Builds = nil, template.Builds(m.DataDir)
 	if ts, err := template.List(m.DataDir); err == nil {
 		for _, t := range ts {
 			n.Templates = append(n.Templates, t.Name)

@@ -3,6 +3,8 @@ package cluster
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -16,6 +18,9 @@ type Want struct {
 	// Node, if set, is the one node that can serve it (e.g. the node
 	// that holds the snapshot it restores).
 	Node string
+	// Build, if set, is the custom template build it starts from: nodes
+	// that hold it (Node.Builds) come first, the others pull it.
+	Build string
 }
 
 // Place orders the live nodes that can take a create, best first: K of
@@ -45,6 +50,26 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	case len(fit) == 0:
 		return nil, fmt.Errorf("no live node has a free slot for runtime %q: %w", orDefault(want.Runtime), errdefs.ErrResourceExhausted)
 	}
+	if want.Build == "" {
+		return byLoad(fit, k), nil
+	}
+	var has, not []Node
+	for _, n := range fit {
+		if slices.Contains(n.Builds, want.Build) {
+			has = append(has, n)
+		} else {
+			not = append(not, n)
+		}
+	}
+	return append(byLoad(has, k), byLoad(not, k)...), nil
+}
+
+// byLoad orders nodes as Place does: K sampled at random and sorted by
+// load, then the rest by load.
+func byLoad(fit []Node, k int) []Node {
+	if len(fit) == 0 {
+		return nil
+	}
 	// Sort indices with each load computed once: Nodes are large to swap.
 	idx := rand.Perm(len(fit))
 	load := make([]float64, len(fit))
@@ -59,7 +84,29 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	for i, j := range idx {
 		out[i] = fit[j]
 	}
-	return out, nil
+	return out
+}
+
+// Affine returns the live node that ranks first for key: the highest
+// hash of key and the node's name (rendezvous hashing). Every front
+// picks the same node for a key while the live nodes are the same, and
+// a node that comes or goes moves only the keys that rank it first. ok
+// is false when no node is live.
+func Affine(nodes []Node, key string) (_ Node, ok bool) {
+	var (
+		best  Node
+		score uint64
+	)
+	for _, n := range nodes {
+		if n.State != NodeLive {
+			continue
+		}
+		sum := sha256.Sum256([]byte(key + "\x00" + n.Name))
+		if h := binary.BigEndian.Uint64(sum[:8]); !ok || h > score {
+			best, score, ok = n, h, true
+		}
+	}
+	return best, ok
 }
 
 func orDefault(rt string) string {

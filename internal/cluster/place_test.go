@@ -30,6 +30,7 @@ func TestPlace(t *testing.T) {
 	memFull.AllocatedMemoryBytes = 15 << 30
 	reserved := n("reserved", 1, 4, "runc")
 	reserved.Reserved = 3 // full with its reservations
+	holds := func(nd cluster.Node, builds ...string) cluster.Node { nd.Builds = builds; return nd }
 	tests := []struct {
 		name  string
 		nodes []cluster.Node
@@ -50,6 +51,11 @@ func TestPlace(t *testing.T) {
 			cluster.Want{Node: "b"}, 3, []string{"b"}, nil},
 		{"a required node that is full", []cluster.Node{n("a", 0, 10, "runc"), n("b", 10, 10, "runc")},
 			cluster.Want{Node: "b"}, 3, nil, errdefs.ErrUnavailable},
+		{"nodes holding the build first, then by load", []cluster.Node{n("a", 0, 10, "runc"), holds(n("b", 8, 10, "runc"), "bx"),
+			holds(n("c", 5, 10, "runc"), "by", "bx"), holds(n("d", 1, 10, "runc"), "by")},
+			cluster.Want{Build: "bx"}, 4, []string{"c", "b", "a", "d"}, nil},
+		{"a full node holding the build is passed over", []cluster.Node{n("a", 3, 10, "runc"), holds(n("b", 10, 10, "runc"), "bx")},
+			cluster.Want{Build: "bx"}, 3, []string{"a"}, nil},
 		{"no live node", []cluster.Node{lost}, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"no node at all", nil, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"every node full", []cluster.Node{n("full", 10, 10, "runc")}, cluster.Want{}, 3, nil, errdefs.ErrResourceExhausted},
@@ -87,6 +93,44 @@ func TestPlaceSamplesK(t *testing.T) {
 	for _, name := range []string{"a", "b", "c"} {
 		if first[name] < 50 {
 			t.Errorf("first choices with K=1: %v; want each node often", first)
+		}
+	}
+}
+
+// TestAffine: a key's node is the same whatever the nodes' order, never
+// a lost one, and moves only when its own node goes; keys spread over
+// the nodes.
+func TestAffine(t *testing.T) {
+	ns := []cluster.Node{n("a", 0, 10, "runc"), n("b", 0, 10, "runc"), n("c", 0, 10, "runc"), n("d", 0, 10, "runc")}
+	if _, ok := cluster.Affine(nil, "k"); ok {
+		t.Error("Affine of no node found one")
+	}
+	spread := map[string]int{}
+	for i := range 200 {
+		key := fmt.Sprintf("key_%d", i)
+		first, ok := cluster.Affine(ns, key)
+		if !ok {
+			t.Fatal("no node")
+		}
+		spread[first.Name]++
+		rev := slices.Clone(ns)
+		slices.Reverse(rev)
+		if again, _ := cluster.Affine(rev, key); again.Name != first.Name {
+			t.Fatalf("%s: %s, then %s in another order", key, first.Name, again.Name)
+		}
+		// Another node lost: the key stays; its own lost: it moves.
+		for j := range ns {
+			less := slices.Clone(ns)
+			less[j].State = cluster.NodeLost
+			got, _ := cluster.Affine(less, key)
+			if (ns[j].Name == first.Name) != (got.Name != first.Name) {
+				t.Fatalf("%s on %s; with %s lost: %s", key, first.Name, ns[j].Name, got.Name)
+			}
+		}
+	}
+	for _, nd := range ns {
+		if spread[nd.Name] < 20 {
+			t.Errorf("200 keys over 4 nodes: %v; want each node some", spread)
 		}
 	}
 }

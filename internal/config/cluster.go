@@ -54,6 +54,20 @@ type Cluster struct {
 	// PlacementK is how many live nodes a front samples per create
 	// before it picks the least loaded (KILN_PLACEMENT_K, default 3).
 	PlacementK int
+	// Registry is where nodes keep custom template builds for each other
+	// (KILN_CLUSTER_REGISTRY, --cluster-registry): an OCI registry and
+	// repository prefix, e.g. "registry.internal/kiln" or
+	// "127.0.0.1:5000/kiln". A node pushes each build there before it
+	// marks it ready, and pulls a build it does not hold on first use.
+	// Empty: a custom template's sandboxes run on the node that built it.
+	// Registries on loopback and private addresses are spoken to over
+	// plain HTTP, others over HTTPS.
+	Registry string
+	// RegistryUser and RegistryPassword log nodes in to Registry
+	// (KILN_CLUSTER_REGISTRY_USER, KILN_CLUSTER_REGISTRY_PASSWORD; the
+	// environment only): none is anonymous, a password alone a bearer
+	// token.
+	RegistryUser, RegistryPassword string
 }
 
 // TokenMinLength is the shortest cluster token accepted.
@@ -66,7 +80,8 @@ func defaultCluster() Cluster {
 func clusterFromEnv(c Cluster) Cluster {
 	for dst, key := range map[*string]string{
 		&c.Role: "KILN_ROLE", &c.NodeName: "KILN_NODE_NAME", &c.Token: "KILN_CLUSTER_TOKEN",
-		&c.AdvertiseURL: "KILN_ADVERTISE_URL",
+		&c.AdvertiseURL: "KILN_ADVERTISE_URL", &c.Registry: "KILN_CLUSTER_REGISTRY",
+		&c.RegistryUser: "KILN_CLUSTER_REGISTRY_USER", &c.RegistryPassword: "KILN_CLUSTER_REGISTRY_PASSWORD",
 	} {
 		if v := os.Getenv(key); v != "" {
 			*dst = v
@@ -99,6 +114,16 @@ var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 // ValidNodeName reports whether s can name a node.
 func ValidNodeName(s string) bool { return nodeNameRE.MatchString(s) }
 
+// registryRE is what a cluster registry may be: a registry host (a name
+// with a dot, localhost, or an address; a port) and repository path
+// components in the OCI distribution grammar.
+var registryRE = regexp.MustCompile(`^(localhost|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+|\[[0-9A-Fa-f:]+\])(:[0-9]{1,5})?` +
+	`(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
+
+// ValidRegistry reports whether s can be a cluster registry: host[:port]
+// then an optional repository prefix, at most 200 bytes.
+func ValidRegistry(s string) bool { return len(s) <= 200 && registryRE.MatchString(s) }
+
 // Silence is how long a node may go without a heartbeat before it is
 // marked lost.
 func (c Cluster) Silence() time.Duration { return c.Heartbeat * time.Duration(c.LostAfter) }
@@ -123,6 +148,10 @@ func (c Cluster) validate(store string) error {
 	}
 	if c.Heartbeat < 100*time.Millisecond || c.Heartbeat > time.Minute {
 		errs = append(errs, errors.New("heartbeat interval (KILN_HEARTBEAT_INTERVAL) must be a duration between 100ms and 1m"))
+	}
+	if c.Registry != "" && !ValidRegistry(c.Registry) {
+		errs = append(errs, fmt.Errorf("cluster registry %q (KILN_CLUSTER_REGISTRY, --cluster-registry): want host[:port][/repository/prefix], "+
+			"e.g. registry.internal/kiln or 127.0.0.1:5000/kiln", c.Registry[:min(len(c.Registry), 100)]))
 	}
 	if c.LostAfter < 2 || c.LostAfter > 100 {
 		errs = append(errs, errors.New("heartbeats missed before a node is lost (KILN_NODE_LOST_AFTER) must be between 2 and 100"))

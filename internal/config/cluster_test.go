@@ -38,6 +38,15 @@ func TestClusterValidate(t *testing.T) {
 		{"advertise URL", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420" }), pg, ""},
 		{"advertise URL with a path", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420/api" }), pg, "advertise URL"},
 		{"advertise URL not http", node(func(c *Cluster) { c.AdvertiseURL = "unix:///x" }), pg, "advertise URL"},
+		{"registry on loopback", node(func(c *Cluster) { c.Registry = "127.0.0.1:5000/kiln" }), pg, ""},
+		{"registry with a name", node(func(c *Cluster) { c.Registry = "registry.internal/kiln/templates" }), pg, ""},
+		{"registry bare host", node(func(c *Cluster) { c.Registry = "localhost:5000" }), pg, ""},
+		{"registry IPv6", node(func(c *Cluster) { c.Registry = "[::1]:5000/k" }), pg, ""},
+		{"registry without a host", node(func(c *Cluster) { c.Registry = "kiln/templates" }), pg, "cluster registry"},
+		{"registry uppercase path", node(func(c *Cluster) { c.Registry = "reg.io/Kiln" }), pg, "cluster registry"},
+		{"registry with a tag", node(func(c *Cluster) { c.Registry = "reg.io/kiln:v1" }), pg, "cluster registry"},
+		{"registry URL", node(func(c *Cluster) { c.Registry = "https://reg.io/kiln" }), pg, "cluster registry"},
+		{"registry too long", node(func(c *Cluster) { c.Registry = "reg.io/" + strings.Repeat("k", 200) }), pg, "cluster registry"},
 		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

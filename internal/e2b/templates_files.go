@@ -61,13 +61,27 @@ func (h *Handler) fileUploadLink(w http.ResponseWriter, r *http.Request, c Calle
 	}
 	expires := strconv.FormatInt(time.Now().Add(uploadTTL).Unix(), 10)
 	q := url.Values{"owner": {c.Owner}, "expires": {expires}, "signature": {uploadSignature(h.o.Secret, c.Owner, hash, expires)}}
-	u := url.URL{Scheme: "http", Host: r.Host, Path: "/templates/" + name + "/files/" + hash, RawQuery: q.Encode()}
+	u := url.URL{Scheme: "http", Host: linkHost(r), Path: "/templates/" + name + "/files/" + hash, RawQuery: q.Encode()}
 	if r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https" {
 		u.Scheme = "https"
 	}
 	writeJSON(w, http.StatusCreated, templateFileUpload{Present: present, URL: u.String()})
 	return nil
 }
+
+// linkHost is the host an upload link names: the one the client asked
+// (X-Forwarded-Host, from a cluster's front or another reverse proxy,
+// when it is a plain host[:port]), else the request's; behind a front a
+// node's own address is refused to clients, and the front routes the
+// upload here by the owner the link names.
+func linkHost(r *http.Request) string {
+	if fh := r.Header.Get("X-Forwarded-Host"); fh != "" && len(fh) <= 255 && plainHostRE.MatchString(fh) {
+		return fh
+	}
+	return r.Host
+}
+
+var plainHostRE = regexp.MustCompile(`^([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?$`)
 
 // uploadFiles is PUT /templates/{templateID}/files/{hash} with a
 // signature fileUploadLink made: it stores the body as the signing key's

@@ -175,6 +175,15 @@ func TestTemplateAPIInput(t *testing.T) {
 	if link.Present || !strings.HasPrefix(link.URL, h.ts.URL+"/templates/tpl/files/"+hash+"?") {
 		t.Fatalf("upload link %+v", link)
 	}
+	// Behind a proxy (a cluster's front), the link names the host the
+	// client asked; a forwarded host that is not a plain host is ignored.
+	for fh, want := range map[string]string{"front.example:8443": "http://front.example:8443/", "evil.example/x?": h.ts.URL + "/"} {
+		_, _, b := h.call("GET", "/templates/tpl/files/"+hash, nil, "X-API-KEY", h.a, "X-Forwarded-Host", fh)
+		var l struct{ URL string }
+		if err := json.Unmarshal(b, &l); err != nil || !strings.HasPrefix(l.URL, want+"templates/tpl/files/") {
+			t.Errorf("upload link with X-Forwarded-Host %q: %s, want %s…", fh, b, want)
+		}
+	}
 	put := func(url string, body []byte) (int, []byte) {
 		req, err := http.NewRequest("PUT", url, bytes.NewReader(body))
 		if err != nil {

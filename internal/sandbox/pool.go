@@ -251,7 +251,7 @@ func (im *Images) poolTemplate(ctx context.Context, ref string) (*template.Templ
 	case 0:
 		return nil, fmt.Errorf("template %s:%s: %w", name, tag, errdefs.ErrNotFound)
 	case 1:
-		return cat.Build(tags[0].BuildID)
+		return cat.Load(ctx, tags[0].BuildID)
 	}
 	return nil, fmt.Errorf("pool %s: %d owners have a template %s:%s, so the pool cannot tell which to hold: %w",
 		ref, len(tags), name, tag, errdefs.ErrFailedPrecondition)

@@ -103,6 +103,7 @@ func (s *Server) registerFront() {
 	s.route("/v1/sandboxes/{id}/", s.frontSandbox, streamBody)
 	s.route("GET /v1/volumes/{id}", s.frontVolume, 0)
 	s.route("DELETE /v1/volumes/{id}", s.frontVolume, 0)
+	s.registerFrontTemplates()
 	s.route("GET /console/", s.frontAny, public)
 	s.route("/", s.frontAny, streamBody)
 }
@@ -276,9 +277,10 @@ func (s *Server) reservation(k apikey.Key, memory int64) cluster.Reservation {
 }
 
 // frontWant is where a create may go: a node with the runtime, and the
-// one node that holds what it starts from (its snapshot or custom
-// template) and its volumes, if it names any. What the catalog does not
-// know is left to the node to refuse.
+// one node that holds what it starts from (its snapshot, or a custom
+// template not in the cluster registry) and its volumes, if it names
+// any; a custom template in the cluster registry prefers the nodes that
+// hold it. What the catalog does not know is left to the node to refuse.
 func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot string, vols []api.VolumeMount) (cluster.Want, error) {
 	want := cluster.Want{Runtime: runtime}
 	pin := func(node, what string) error {
@@ -297,11 +299,17 @@ func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot s
 		}
 	}
 	if tmpl != "" && want.Node == "" {
-		node, err := s.front.catalog.Node(ctx, owner, tmpl)
+		where, err := s.front.catalog.Where(ctx, owner, tmpl)
 		if err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
 			return want, err
 		}
-		want.Node = node
+		// A build in the cluster registry goes anywhere, best where it
+		// is already; one that is not, only where it was built.
+		if where.Image != "" {
+			want.Build = where.Build
+		} else {
+			want.Node = where.Node
+		}
 	}
 	for _, m := range vols {
 		if v, err := volume.Lookup(ctx, s.front.volumes, owner, m.Volume); err == nil {

@@ -112,6 +112,9 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		edge.StreamBody(r)
 		return s.frontE2BVolume(w, r, id, content)
 	}
+	if ok, err := s.frontE2BTemplates(w, r); ok {
+		return err
+	}
 	raw, ok := e2b.SandboxOfPath(r.URL.Path)
 	if !ok {
 		edge.StreamBody(r)

@@ -173,7 +173,7 @@ func buildToAPI(rec template.BuildRecord, tag string) api.TemplateBuild {
 	b := api.TemplateBuild{
 		ID: rec.ID, Template: rec.Template, Tag: tag, Owner: rec.Owner, Status: rec.Status, Reason: rec.Reason,
 		CreatedAt: rec.CreatedAt, Steps: len(rec.Spec.Steps), StepsDone: rec.StepsDone, CachedSteps: rec.CachedSteps,
-		Layers: len(rec.Layers), Spec: &spec,
+		Layers: len(rec.Layers), Spec: &spec, Image: rec.Image,
 		Warm: rec.Status == template.BuildReady && rec.Config.StartCmd != "",
 	}
 	if !rec.StartedAt.IsZero() {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -19,7 +21,16 @@ import (
 type Catalog struct {
 	DataDir string
 	Store   Store // nil: built-ins only
+	fetch   atomic.Pointer[Fetcher]
 }
+
+// Fetcher makes a build whose files this node does not hold usable here,
+// from its image in the cluster registry (builder.Builder.Fetch).
+type Fetcher func(ctx context.Context, rec BuildRecord) (*Template, error)
+
+// SetFetch makes Load (and Resolve) fetch the ready builds with an image
+// that this node does not hold with f.
+func (c *Catalog) SetFetch(f Fetcher) { c.fetch.Store(&f) }
 
 // ParseRef splits "name" or "name:tag" (tag defaults to DefaultTag).
 func ParseRef(ref string) (name, tag string, err error) {
@@ -46,27 +57,36 @@ func (c *Catalog) Resolve(ctx context.Context, owner, ref string) (*Template, er
 	case err != nil:
 		return nil, err
 	case id != "":
-		return c.Build(id)
+		return c.Load(ctx, id)
 	case tag != DefaultTag:
 		return nil, fmt.Errorf("template %s:%s: %w", name, tag, errdefs.ErrNotFound)
 	}
 	return Lookup(c.DataDir, name)
 }
 
-// Node is the node that holds the files of the custom template ref means
-// to owner ("" for a built-in, which every node has, or a ref that names
-// nothing: the node that gets the create says so). It reads records
-// only, so a cluster front, which has no templates, can place by it.
-func (c *Catalog) Node(ctx context.Context, owner, ref string) (string, error) {
+// Where says where the files of a custom template build are.
+type Where struct {
+	Build string // "" for a built-in, which every node has
+	Node  string // the node that built it
+	// Image is the build in the cluster registry: any node can pull it
+	// ("": the build is on Node only).
+	Image string
+}
+
+// Where is where the custom template ref means to owner is (zero for a
+// built-in, or a ref that names nothing: the node that gets the create
+// says so). It reads records only, so a cluster front, which has no
+// templates, can place by it.
+func (c *Catalog) Where(ctx context.Context, owner, ref string) (Where, error) {
 	_, _, id, err := c.buildOf(ctx, owner, ref)
 	if err != nil || id == "" {
-		return "", err
+		return Where{}, err
 	}
 	b, err := c.Store.GetBuild(ctx, id)
 	if err != nil {
-		return "", fmt.Errorf("looking up template build %s: %w", id, err)
+		return Where{}, fmt.Errorf("looking up template build %s: %w", id, err)
 	}
-	return b.Node, nil
+	return Where{Build: id, Node: b.Node, Image: b.Image}, nil
 }
 
 // buildOf parses ref and finds the custom build it means to owner: its
@@ -93,6 +113,40 @@ func (c *Catalog) buildOf(ctx context.Context, owner, ref string) (name, tag, id
 		}
 	}
 	return name, tag, "", nil
+}
+
+// Load is Build, fetching a ready build that this node does not hold
+// from the cluster registry when it can (SetFetch).
+func (c *Catalog) Load(ctx context.Context, id string) (*Template, error) {
+	t, err := c.Build(id)
+	f := c.fetch.Load()
+	if !errors.Is(err, errdefs.ErrNotFound) || f == nil || c.Store == nil {
+		return t, err
+	}
+	rec, rerr := c.Store.GetBuild(ctx, id)
+	if rerr != nil || rec.Image == "" || rec.Status != BuildReady {
+		return t, err
+	}
+	return (*f)(ctx, rec)
+}
+
+// Builds returns the ids of the custom template builds whose files are
+// under dataDir (their manifest is written), in no particular order.
+func Builds(dataDir string) []string {
+	ents, err := os.ReadDir(filepath.Join(dataDir, "builds"))
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, e := range ents {
+		if !e.IsDir() || !buildIDRE.MatchString(e.Name()) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dataDir, "builds", e.Name(), manifestName)); err == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
 }
 
 // Build returns a custom template's build by id, whatever its name now

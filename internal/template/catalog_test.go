@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -104,21 +105,26 @@ func TestCatalogResolve(t *testing.T) {
 			t.Errorf("%s resolves %q: build %q rootfs %q; want %q %q", tc.owner, tc.ref, got.Build, got.Rootfs, tc.build, tc.rootfs)
 		}
 	}
-	// Where a template's files live, for a cluster front: the node its
-	// build recorded; "" for a built-in or a name that means nothing.
+	// Where a template's files live, for a cluster front: the build and
+	// the node it recorded, and its image in the cluster registry; zero
+	// for a built-in or a name that means nothing.
 	if err := db.PutBuild(ctx, template.BuildRecord{ID: "bld00000001", Template: "web", Owner: "alice",
-		Status: template.BuildReady, Node: "node-7", CreatedAt: now}); err != nil {
+		Status: template.BuildReady, Node: "node-7", Image: "reg.internal/kiln/alice/web:bld00000001@sha256:00", CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ owner, ref, node string }{
-		{"alice", "web", "node-7"}, {"bob", "base", ""}, {"bob", "nothing", ""},
+	for _, tc := range []struct {
+		owner, ref string
+		want       template.Where
+	}{
+		{"alice", "web", template.Where{Build: "bld00000001", Node: "node-7", Image: "reg.internal/kiln/alice/web:bld00000001@sha256:00"}},
+		{"bob", "base", template.Where{}}, {"bob", "nothing", template.Where{}},
 	} {
-		if node, err := c.Node(ctx, tc.owner, tc.ref); err != nil || node != tc.node {
-			t.Errorf("%s's %q lives on %q (%v), want %q", tc.owner, tc.ref, node, err, tc.node)
+		if got, err := c.Where(ctx, tc.owner, tc.ref); err != nil || got != tc.want {
+			t.Errorf("%s's %q is at %+v (%v), want %+v", tc.owner, tc.ref, got, err, tc.want)
 		}
 	}
-	if _, err := c.Node(ctx, "alice", "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
-		t.Errorf("Node of a bad ref: %v, want invalid argument", err)
+	if _, err := c.Where(ctx, "alice", "../x"); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("Where of a bad ref: %v, want invalid argument", err)
 	}
 	// A tag moving to a new build leaves the old build reachable by id.
 	if err := db.PutTag(ctx, template.TagRecord{Owner: "alice", Name: "web", Tag: "default", BuildID: "bld00000002", UpdatedAt: now}); err != nil {
@@ -131,5 +137,40 @@ func TestCatalogResolve(t *testing.T) {
 		if _, err := c.Build(id); !errors.Is(err, want) {
 			t.Errorf("Build(%q): %v; want %v", id, err, want)
 		}
+	}
+
+	// A ready build with an image whose files are not here is fetched
+	// (once per Load; the fetcher keeps it); one without an image, or
+	// not ready, is not found.
+	if _, err := c.Load(ctx, "bld00000009"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Load of an unknown build without a fetcher: %v, want not found", err)
+	}
+	var fetched []string
+	c.SetFetch(func(_ context.Context, rec template.BuildRecord) (*template.Template, error) {
+		fetched = append(fetched, rec.ID)
+		return &template.Template{Name: rec.Template, Build: rec.ID}, nil
+	})
+	for _, b := range []template.BuildRecord{
+		{ID: "bld00000010", Template: "app", Owner: "alice", Status: template.BuildReady, Image: "reg.internal/kiln/a/app:x@sha256:01", CreatedAt: now},
+		{ID: "bld00000011", Template: "app", Owner: "alice", Status: template.BuildReady, CreatedAt: now},
+		{ID: "bld00000012", Template: "app", Owner: "alice", Status: template.BuildError, Image: "reg.internal/kiln/a/app:y@sha256:02", CreatedAt: now},
+	} {
+		if err := db.PutBuild(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := c.Load(ctx, "bld00000010"); err != nil || got.Build != "bld00000010" {
+		t.Errorf("Load of a build in the registry: %+v, %v", got, err)
+	}
+	for _, id := range []string{"bld00000011", "bld00000012", "bld00000099"} {
+		if _, err := c.Load(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Load(%s): %v; want not found", id, err)
+		}
+	}
+	if got, err := c.Load(ctx, "bld00000001"); err != nil || got.Rootfs != "/l/c:/l/b:/l/a" {
+		t.Errorf("Load of a build held here: %+v, %v", got, err)
+	}
+	if !slices.Equal(fetched, []string{"bld00000010"}) {
+		t.Errorf("fetched %v, want [bld00000010]", fetched)
 	}
 }

@@ -40,6 +40,12 @@ type BuildRecord struct {
 	Layers []string `json:"layers,omitempty"`
 	Config Config   `json:"config"`
 	Node   string   `json:"node,omitempty"` // where its files live
+	// Image is the build as an OCI image in the cluster registry
+	// ("registry/repo:tag@sha256:…"), set before it is marked ready when
+	// its node has one (kiln serve --cluster-registry): a node without
+	// the build's files pulls it from there on first use. Empty: the
+	// build's files are on Node only.
+	Image string `json:"image,omitempty"`
 	// StepsDone is how many of the recipe's steps the build got through
 	// (ran, or found in the layer cache); CachedSteps how many of those
 	// were found in the cache. Both are set when the build ends.

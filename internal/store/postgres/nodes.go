@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -17,16 +16,16 @@ var _ cluster.Store = (*Store)(nil)
 // Heartbeat records n as live now (the database's clock). The row's
 // previous state is read in the same statement.
 func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
-	runtimes, templates := n.JSONLists()
+	runtimes, templates, builds := n.JSONLists()
 	var prev *string
 	err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT state FROM nodes WHERE name = $1)
-		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
-		VALUES ($1, $2, 'live', '', $3, $4, $5, $6::jsonb, $7::jsonb, $8, now())
+		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
+		VALUES ($1, $2, 'live', '', $3, $4, $5, $6::jsonb, $7::jsonb, $9::jsonb, $8, now())
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
-			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = now()
+			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = now()
 		RETURNING (SELECT state FROM prev)`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt).Scan(&prev)
+		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt, builds).Scan(&prev)
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -36,7 +35,7 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 // Nodes returns every node with its load.
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.pool, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
-		n.slots, n.runtimes, n.templates, n.started_at, n.heartbeat_at,
+		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > now())
 		FROM nodes n LEFT JOIN (
@@ -48,21 +47,15 @@ func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 
 func scanNode(row scanner) (cluster.Node, error) {
 	var (
-		n                   cluster.Node
-		runtimes, templates []byte
+		n                           cluster.Node
+		runtimes, templates, builds []byte
 	)
-	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates,
+	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
 		&n.StartedAt, &n.HeartbeatAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = n.StartedAt.UTC(), n.HeartbeatAt.UTC()
-	if err := json.Unmarshal(runtimes, &n.Runtimes); err != nil {
-		return n, fmt.Errorf("decoding node %s runtimes: %w", n.Name, err)
-	}
-	if err := json.Unmarshal(templates, &n.Templates); err != nil {
-		return n, fmt.Errorf("decoding node %s templates: %w", n.Name, err)
-	}
-	return n, nil
+	return n, n.DecodeLists(runtimes, templates, builds)
 }
 
 // MarkLost marks silent nodes lost, with their sandboxes. The rows are

@@ -14,7 +14,7 @@ import (
 var _ template.Store = (*Store)(nil)
 
 const buildColumns = `id, template, owner, status, spec, reason, step, layers, config, node, created_at, finished_at,
-	started_at, steps_done, cached_steps`
+	started_at, steps_done, cached_steps, image`
 
 // PutBuild inserts or replaces a build record.
 func (s *Store) PutBuild(ctx context.Context, b template.BuildRecord) error {
@@ -23,14 +23,14 @@ func (s *Store) PutBuild(ctx context.Context, b template.BuildRecord) error {
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO template_builds (`+buildColumns+`)
-		VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, $15)
+		VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, $15, $16)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, owner = excluded.owner,
 			status = excluded.status, spec = excluded.spec, reason = excluded.reason, step = excluded.step,
 			layers = excluded.layers, config = excluded.config, node = excluded.node,
 			created_at = excluded.created_at, finished_at = excluded.finished_at, started_at = excluded.started_at,
-			steps_done = excluded.steps_done, cached_steps = excluded.cached_steps`,
+			steps_done = excluded.steps_done, cached_steps = excluded.cached_steps, image = excluded.image`,
 		b.ID, b.Template, b.Owner, b.Status, string(c.Spec), b.Reason, b.Step, string(c.Layers), string(c.Config),
-		b.Node, b.CreatedAt, nullTime(b.FinishedAt), nullTime(b.StartedAt), b.StepsDone, b.CachedSteps)
+		b.Node, b.CreatedAt, nullTime(b.FinishedAt), nullTime(b.StartedAt), b.StepsDone, b.CachedSteps, b.Image)
 	if err != nil {
 		return fmt.Errorf("writing template build %s: %w", b.ID, err)
 	}
@@ -87,7 +87,7 @@ func scanBuild(row scanner) (template.BuildRecord, error) {
 		started  *time.Time
 	)
 	if err := row.Scan(&b.ID, &b.Template, &b.Owner, &b.Status, &c.Spec, &b.Reason, &b.Step, &c.Layers, &c.Config,
-		&b.Node, &b.CreatedAt, &finished, &started, &b.StepsDone, &b.CachedSteps); err != nil {
+		&b.Node, &b.CreatedAt, &finished, &started, &b.StepsDone, &b.CachedSteps, &b.Image); err != nil {
 		return b, err
 	}
 	b.CreatedAt = b.CreatedAt.UTC()

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -21,7 +20,7 @@ var active = `('` + strings.Join(cluster.Active, `', '`) + `')`
 // Heartbeat records n as live now, in one write transaction with the
 // read of its previous state.
 func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
-	runtimes, templates := n.JSONLists()
+	runtimes, templates, builds := n.JSONLists()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
@@ -31,12 +30,12 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, n.Name).Scan(&prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
-		VALUES (?, ?, 'live', '', ?, ?, ?, ?, ?, ?, ?)
+	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
+		VALUES (?, ?, 'live', '', ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
-			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, micros(n.StartedAt), micros(time.Now()))
+			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
+		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, builds, micros(n.StartedAt), micros(time.Now()))
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -49,7 +48,7 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 // Nodes returns every node with its load.
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.r, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
-		n.slots, n.runtimes, n.templates, n.started_at, n.heartbeat_at,
+		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > ?)
 		FROM nodes n LEFT JOIN (
@@ -61,22 +60,16 @@ func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 
 func scanNode(row scanner) (cluster.Node, error) {
 	var (
-		n                   cluster.Node
-		runtimes, templates string
-		started, heartbeat  int64
+		n                           cluster.Node
+		runtimes, templates, builds string
+		started, heartbeat          int64
 	)
-	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates,
+	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
 		&started, &heartbeat, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = fromMicros(started), fromMicros(heartbeat)
-	if err := json.Unmarshal([]byte(runtimes), &n.Runtimes); err != nil {
-		return n, fmt.Errorf("decoding node %s runtimes: %w", n.Name, err)
-	}
-	if err := json.Unmarshal([]byte(templates), &n.Templates); err != nil {
-		return n, fmt.Errorf("decoding node %s templates: %w", n.Name, err)
-	}
-	return n, nil
+	return n, n.DecodeLists([]byte(runtimes), []byte(templates), []byte(builds))
 }
 
 // MarkLost marks silent nodes lost, with their sandboxes, in one write

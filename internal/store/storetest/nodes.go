@@ -21,6 +21,7 @@ func node(name string, slots int) cluster.Node {
 	return cluster.Node{
 		Name: name, URL: "http://" + name + ":8420", CPUs: 2, MemoryBytes: 8 << 30, Slots: slots,
 		Runtimes: []string{"runc", "runsc"}, Templates: []string{"base"}, StartedAt: base,
+		Builds: []string{"b" + strings.Repeat("x", 24), "b" + strings.Repeat("y", 24)},
 	}
 }
 
@@ -50,9 +51,9 @@ func nodes(t *testing.T, s store.Backend) map[string]cluster.Node {
 // counts each node's sandboxes that have not ended and their limits.
 func testNodeRegistry(t *testing.T, s store.Backend) {
 	a, b := node("node-a", 10), node("node-b", 20)
-	b.Templates = nil
+	b.Templates, b.Builds = nil, nil
 	heartbeat(t, s, a, b)
-	a.URL, a.Slots = "http://10.0.0.1:8420", 12
+	a.URL, a.Slots, a.Builds = "http://10.0.0.1:8420", 12, append(a.Builds, "b"+strings.Repeat("z", 24))
 	heartbeat(t, s, a)
 
 	running := record("nodesrun0001", base)
@@ -78,7 +79,7 @@ func testNodeRegistry(t *testing.T, s store.Backend) {
 	wantA := a
 	wantA.State, wantA.Sandboxes, wantA.AllocatedCPUs, wantA.AllocatedMemoryBytes = cluster.NodeLive, 2, 2, 1<<30
 	wantB := b
-	wantB.State, wantB.Templates = cluster.NodeLive, []string{}
+	wantB.State, wantB.Templates, wantB.Builds = cluster.NodeLive, []string{}, []string{}
 	ignore := cmpopts.IgnoreFields(cluster.Node{}, "HeartbeatAt")
 	if diff := cmp.Diff(wantA, got["node-a"], ignore); diff != "" {
 		t.Errorf("node-a (-want +got):\n%s", diff)

@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,8 @@ func build(id, owner, name string, created time.Time) template.BuildRecord {
 			StartCmd: "python3 -m http.server 8000", ReadyCmd: "curl -sf localhost:8000",
 		},
 		StepsDone: 3, CachedSteps: 2,
-		Node: "host-1", CreatedAt: created, StartedAt: created.Add(1500*time.Millisecond + 777*time.Nanosecond),
+		Node: "host-1", Image: "registry.internal:5000/kiln/key_a/app:" + id + "@sha256:" + strings.Repeat("ab", 32),
+		CreatedAt: created, StartedAt: created.Add(1500*time.Millisecond + 777*time.Nanosecond),
 		FinishedAt: created.Add(93*time.Second + 4242*time.Nanosecond),
 	}
 }
@@ -131,6 +133,7 @@ func testBuildRoundTrip(t *testing.T, s store.Backend) {
 	// Replacing a build (it finished) rewrites every field.
 	waiting.Status, waiting.Layers, waiting.Config = template.BuildReady, []string{"sha256:cccc"}, full.Config
 	waiting.FinishedAt, waiting.Node, waiting.Step = base.Add(time.Minute), "host-2", -1
+	waiting.Image = "127.0.0.1:5000/kiln/key_a/app:bld_waiting@sha256:" + strings.Repeat("cd", 32)
 	waiting.StartedAt, waiting.StepsDone, waiting.CachedSteps = base.Add(time.Second), 3, 1
 	putBuild(t, s, waiting)
 	got, err := s.GetBuild(ctx(t), waiting.ID)

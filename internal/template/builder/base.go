@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/image"
+	"github.com/kiln-sh/kiln/internal/template/layer"
 )
 
 // builtinPrefix starts the keys of a built-in template's layers in a
@@ -58,7 +59,7 @@ func (r *run) fromTemplate(ctx context.Context, ref string) error {
 	}
 	for _, k := range rec.Layers {
 		if name, ok := strings.CutPrefix(k, builtinPrefix); ok {
-			dir, err := r.builtinDir(name)
+			dir, err := builtinDir(r.b.cfg.Catalog.DataDir, name)
 			if err != nil {
 				return fmt.Errorf("template %s: %w", ref, err)
 			}
@@ -85,9 +86,10 @@ func (r *run) pushBuiltin(t *template.Template) {
 	}
 }
 
-// builtinDir is the dir of a built-in template's layer "<name>:<hash>:<i>"
-// (or the rootfs of an unlayered built-in "<name>:<hash>").
-func (r *run) builtinDir(key string) (string, error) {
+// builtinDir is the dir, under dataDir, of a built-in template's layer
+// "<name>:<hash>:<i>" (or the rootfs of an unlayered built-in
+// "<name>:<hash>").
+func builtinDir(dataDir, key string) (string, error) {
 	parts := strings.Split(key, ":")
 	malformed := fmt.Errorf("malformed built-in layer %q: %w", errdefs.ClipN(key, 80), errdefs.ErrInvalidArgument)
 	if len(parts) < 2 || len(parts) > 3 || !template.ValidName(parts[0]) || !hexRE.MatchString(parts[1]) {
@@ -95,7 +97,7 @@ func (r *run) builtinDir(key string) (string, error) {
 	}
 	name, hash := parts[0], parts[1]
 	gone := fmt.Errorf("the build %s of built-in template %s is gone (rebuild on the current one): %w", hash, name, errdefs.ErrFailedPrecondition)
-	dir := filepath.Join(template.Dir(r.b.cfg.Catalog.DataDir), name, hash)
+	dir := filepath.Join(template.Dir(dataDir), name, hash)
 	if len(parts) == 2 {
 		dir = filepath.Join(dir, "rootfs")
 	} else {
@@ -179,18 +181,13 @@ func (r *run) fromImage(ctx context.Context) error {
 			return r.hide("reading the layer store", err)
 		}
 		r.logf(levelInfo, "[base] layer %d/%d %.12s: unpacking", i+1, len(layers), il.Key)
-		p, err := r.b.cfg.Layers.Create()
-		if err != nil {
-			return r.hide("making a layer", err)
+		l, err := r.b.unpack(ctx, il, il.Key)
+		var se *storeError
+		if errors.As(err, &se) {
+			return r.hide(se.what, se.err)
 		}
-		if _, err := il.Unpack(ctx, p.Dir(), image.UnpackOptions{MaxBytes: r.b.cfg.MaxLayerBytes, Log: r.b.log}); err != nil {
-			_ = p.Discard()
+		if err != nil {
 			return err
-		}
-		l, err := p.Publish(ctx, il.Key)
-		if err != nil {
-			_ = p.Discard()
-			return r.hide("storing the layer", err)
 		}
 		r.push(l, il.Key, l.Dir())
 	}
@@ -213,6 +210,37 @@ func (r *run) fromImage(ctx context.Context) error {
 	return r.runCmd(ctx, "[base] provisioning the image (user, sudo, /tmp)",
 		api.TemplateStep{Type: api.StepRun, Args: []string{provisionScript}}, "root")
 }
+
+// unpack stores an image layer in the layer store under key (its diffID
+// for a base image's layer, the build's own key for a layer of a build
+// pulled from the cluster registry) and leases it. The layer store's own
+// failures are storeErrors; the image's (a download, a malformed tar,
+// over the layer limit) are not.
+func (b *Builder) unpack(ctx context.Context, il image.Layer, key string) (*layer.Layer, error) {
+	p, err := b.cfg.Layers.Create()
+	if err != nil {
+		return nil, &storeError{"making a layer", err}
+	}
+	if _, err := il.Unpack(ctx, p.Dir(), image.UnpackOptions{MaxBytes: b.cfg.MaxLayerBytes, Log: b.log}); err != nil {
+		_ = p.Discard()
+		return nil, err
+	}
+	l, err := p.Publish(ctx, key)
+	if err != nil {
+		_ = p.Discard()
+		return nil, &storeError{"storing the layer", err}
+	}
+	return l, nil
+}
+
+// storeError is a failure of the layer store: what was being done.
+type storeError struct {
+	what string
+	err  error
+}
+
+func (e *storeError) Error() string { return e.what + ": " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
 
 // provisionScript gives an image what Kiln's sandboxes expect, with the
 // tools any image has (POSIX sh; useradd, busybox adduser, or the account

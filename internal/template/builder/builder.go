@@ -95,6 +95,13 @@ type Config struct {
 	// Registries says which addresses image pulls may connect to (nil:
 	// any; kiln serve uses image.ServerGuard).
 	Registries image.Guard
+	// ClusterRegistry, if set, is the cluster registry (host[:port] and a
+	// repository prefix, config.Cluster.Registry): every custom build is
+	// pushed there before it is marked ready, and Fetch pulls builds this
+	// node does not hold (cluster.go). It is the operator's, so no guard
+	// applies; ClusterAuth logs in to it (nil: anonymous).
+	ClusterRegistry string
+	ClusterAuth     *api.RegistryAuth
 	// DebianMirror, if set, lets recipes start from a Debian base
 	// bootstrapped on the host from this mirror: the built-in templates'
 	// local builds (BuildBuiltin). A server leaves it empty and refuses
@@ -126,6 +133,7 @@ type Builder struct {
 
 	mu     sync.Mutex
 	active map[string]*build // running builds by id
+	pulls  map[string]*pull  // Fetches under way by build id
 
 	// reserveMu serializes the changes of waiting builds' records
 	// (reserve.go).
@@ -170,7 +178,7 @@ func New(ctx context.Context, cfg Config) (*Builder, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	b := &Builder{cfg: cfg, log: cfg.Log.With("component", "builder"), active: map[string]*build{}}
+	b := &Builder{cfg: cfg, log: cfg.Log.With("component", "builder"), active: map[string]*build{}, pulls: map[string]*pull{}}
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if err := b.recover(ctx); err != nil {
 		b.cancel()
@@ -265,7 +273,11 @@ func layerKeyOf(dir string) string { return filepath.Base(filepath.Dir(dir)) }
 // Close cancels every running build and waits for each to end (failed,
 // its sandbox killed).
 func (b *Builder) Close() {
+	// Under mu: admit and Fetch check the context under it before they
+	// add to wg, so none adds once Wait may have begun.
+	b.mu.Lock()
 	b.cancel()
+	b.mu.Unlock()
 	b.wg.Wait()
 }
 

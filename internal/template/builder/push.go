@@ -26,13 +26,21 @@ func (b *Builder) Push(ctx context.Context, t *template.Template, ref string, au
 		layers = strings.Split(t.Rootfs, ":")
 		slices.Reverse(layers)
 	}
-	c := image.Config{User: t.Defaults.User, Workdir: t.Defaults.Workdir}
-	for k, v := range t.Defaults.Env {
+	start := ""
+	if t.Warm != nil {
+		start = t.Warm.Start
+	}
+	return image.Push(ctx, ref, layers, imageConfig(t.Defaults, start), auth, b.cfg.Registries)
+}
+
+// imageConfig is the image config of a template with defaults d and
+// start command start: its env (sorted, so the same template is the same
+// image), user, working directory and command.
+func imageConfig(d template.Defaults, start string) image.Config {
+	c := image.Config{User: d.User, Workdir: d.Workdir, Cmd: start}
+	for k, v := range d.Env {
 		c.Env = append(c.Env, k+"="+v)
 	}
 	slices.Sort(c.Env)
-	if t.Warm != nil {
-		c.Cmd = t.Warm.Start
-	}
-	return image.Push(ctx, ref, layers, c, auth, b.cfg.Registries)
+	return c
 }

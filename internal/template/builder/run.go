@@ -191,15 +191,8 @@ func (r *run) finalize(ctx context.Context) error {
 			return err
 		}
 	}
-	d := r.cfg.Defaults
-	d.Env = maps.Clone(d.Env)
-	t := template.Template{Name: r.rec.Template, Hash: r.rec.ID, Build: r.rec.ID, Layers: r.dirs, Defaults: d}
-	if r.cfg.StartCmd != "" {
-		t.Warm = &template.Warm{Start: r.cfg.StartCmd, Ready: r.cfg.ReadyCmd, Cwd: d.Workdir,
-			TimeoutSeconds: int((r.b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
-	}
-	dir := r.b.buildDir(r.rec.ID)
-	if err := template.WriteManifest(dir, &t); err != nil {
+	t := r.b.manifest(r.rec.Template, r.rec.ID, r.dirs, r.cfg)
+	if err := template.WriteManifest(r.b.buildDir(r.rec.ID), t); err != nil {
 		return r.hide("writing the template manifest", err)
 	}
 	if t.Warm != nil {
@@ -212,7 +205,15 @@ func (r *run) finalize(ctx context.Context) error {
 		}
 	}
 	rec := r.rec
-	rec.Status, rec.Layers, rec.Config, rec.FinishedAt = template.BuildReady, r.keys, r.cfg, time.Now().UTC()
+	rec.Layers, rec.Config = r.keys, r.cfg
+	if r.b.cfg.ClusterRegistry != "" {
+		ref, err := r.pushToCluster(ctx, rec)
+		if err != nil {
+			return err
+		}
+		rec.Image = ref
+	}
+	rec.Status, rec.FinishedAt = template.BuildReady, time.Now().UTC()
 	if err := r.b.cfg.Records.PutBuild(ctx, rec); err != nil {
 		return fmt.Errorf("recording the build: %w", err)
 	}
@@ -224,6 +225,20 @@ func (r *run) finalize(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// manifest is the template that the build id of template name is: its
+// layer dirs, bottom first, and what its sandboxes start with (a
+// template with a start command is a warm one).
+func (b *Builder) manifest(name, id string, dirs []string, c template.Config) *template.Template {
+	d := c.Defaults
+	d.Env = maps.Clone(d.Env)
+	t := &template.Template{Name: name, Hash: id, Build: id, Layers: slices.Clone(dirs), Defaults: d}
+	if c.StartCmd != "" {
+		t.Warm = &template.Warm{Start: c.StartCmd, Ready: c.ReadyCmd, Cwd: d.Workdir,
+			TimeoutSeconds: int((b.cfg.ReadyTimeout + time.Second - 1) / time.Second)}
+	}
+	return t
 }
 
 // warm takes the template's warm snapshot: a sandbox of it runs the start

@@ -39,8 +39,9 @@ func (b *Builder) launch(ctx context.Context, rec template.BuildRecord, tags []s
 			"(kiln template build); start from a template (e.g. base) or an image: %w", errdefs.ErrInvalidArgument)
 	}
 	id, owner := rec.ID, rec.Owner
-	// A waiting build (reserved) starts now.
-	rec.Status, rec.Spec, rec.StartedAt = template.BuildBuilding, spec, time.Now().UTC()
+	// A waiting build (reserved) starts now, here: it was reserved on
+	// whichever node a cluster's front sent the reservation to.
+	rec.Status, rec.Spec, rec.StartedAt, rec.Node = template.BuildBuilding, spec, time.Now().UTC(), b.cfg.Node
 	rec.Spec.From.Registry = nil // credentials are never stored
 	if cur, err := b.cfg.Records.ListTags(ctx, owner, rec.Template); err == nil && len(cur) > 0 && cur[0].Public {
 		public = true

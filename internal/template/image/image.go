@@ -47,6 +47,10 @@ type Config struct {
 	// command line ("" when neither is set): a shell-form command comes
 	// back as written, exec-form words are single-quoted.
 	Cmd string
+	// Annotations are the image manifest's (Push writes them, Pull
+	// reads them): Kiln's cluster registry names there the built-in
+	// template build an image's layers go on (docs/cluster.md).
+	Annotations map[string]string
 }
 
 // Layer is one layer of an image, bottom first in Image.Layers.
@@ -96,6 +100,9 @@ func newImage(ref string, img v1.Image) (*Image, error) {
 		return nil, fmt.Errorf("image %s: listing its layers: %w", errdefs.Clip(ref), err)
 	}
 	out := &Image{ref: ref, config: configOf(cf.Config)}
+	if m, err := img.Manifest(); err == nil && len(m.Annotations) > 0 {
+		out.config.Annotations = m.Annotations
+	}
 	for n, l := range ls {
 		d, err := l.DiffID()
 		if err != nil {

@@ -43,7 +43,7 @@ import (
 // Each layer is read once, into a compressed file in a temporary
 // directory (CompressedLayer) that the digests and the upload read; its
 // entries are in name order with no access or change times, so the same
-// layer is the same blob. guard, if set, checks every address the push
+// layer is the same blob. c.Annotations go in the manifest. guard, if set, checks every address the push
 // connects to, as for Pull.
 func Push(ctx context.Context, ref string, layers []string, c Config, auth *api.RegistryAuth, guard Guard) (string, error) {
 	r, err := name.ParseReference(ref)
@@ -81,6 +81,9 @@ func Push(ctx context.Context, ref string, layers []string, c Config, auth *api.
 	}
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return "", fmt.Errorf("assembling the image: %w", err)
+	}
+	if len(c.Annotations) > 0 {
+		img = mutate.Annotations(img, c.Annotations).(v1.Image)
 	}
 	p := puller{ctx: ctx, ref: ref, host: r.Context().RegistryStr(), anonymous: authenticator(auth) == authn.Anonymous}
 	if err := remote.Write(r, img, remote.WithContext(ctx), remote.WithAuth(authenticator(auth)),

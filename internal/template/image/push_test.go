@@ -19,7 +19,8 @@ import (
 // TestPushRoundTrip: layers unpacked from an image, pushed and pulled
 // again, unpack to the same directories (whiteouts, opaque directories,
 // owners, modes, times, xattrs, hard and symbolic links, FIFOs), with the
-// same config; pushing the same layers again gives the same image.
+// same config and manifest annotations; pushing the same layers again
+// gives the same image.
 func TestPushRoundTrip(t *testing.T) {
 	ocitest.RequireRoot(t)
 	ctx := context.Background()
@@ -34,6 +35,7 @@ func TestPushRoundTrip(t *testing.T) {
 	host := startRegistry(t, nil)
 
 	cfg := img.Config()
+	cfg.Annotations = map[string]string{"sh.kiln.builtin": "base:0123abcd", "sh.kiln.build": "b123"}
 	d1, err := Push(ctx, host+"/kiln/pushed:v1", first, cfg, nil, nil)
 	if err != nil {
 		t.Fatalf("Push: %v", err)
