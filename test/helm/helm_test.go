@@ -292,23 +292,17 @@ var valueSets = []valueSet{{
 		}
 	},
 }, {
-	name: "drain timeout",
-	set:  []string{"catalog.url=postgres://db/kiln", "node.drainTimeout=2m30s"},
-	check: func(t *testing.T, objs map[string]obj) {
-		ds := objs["DaemonSet/r-kiln-node"]
-		if env := envOf(ds); env["KILN_DRAIN_TIMEOUT"] != "2m30s" || ds.at("spec", "template", "spec", "terminationGracePeriodSeconds") != 165 {
-			t.Errorf("node pod: drain timeout %q, grace %v; want 2m30s, 165", env["KILN_DRAIN_TIMEOUT"], ds.at("spec", "template", "spec", "terminationGracePeriodSeconds"))
-		}
-	},
+	name:  "drain timeout",
+	set:   []string{"catalog.url=postgres://db/kiln", "node.drainTimeout=2m30s"},
+	check: drains("2m30s", 165),
 }, {
-	name: "drain timeout and grace period",
-	set:  []string{"catalog.url=postgres://db/kiln", "node.drainTimeout=500ms", "node.terminationGracePeriodSeconds=5"},
-	check: func(t *testing.T, objs map[string]obj) {
-		ds := objs["DaemonSet/r-kiln-node"]
-		if env := envOf(ds); env["KILN_DRAIN_TIMEOUT"] != "500ms" || ds.at("spec", "template", "spec", "terminationGracePeriodSeconds") != 5 {
-			t.Errorf("node pod: drain timeout %q, grace %v; want 500ms, 5", env["KILN_DRAIN_TIMEOUT"], ds.at("spec", "template", "spec", "terminationGracePeriodSeconds"))
-		}
-	},
+	name:  "drain timeout and grace period",
+	set:   []string{"catalog.url=postgres://db/kiln", "node.drainTimeout=500ms", "node.terminationGracePeriodSeconds=5"},
+	check: drains("500ms", 5),
+}, {
+	name:  "no drain",
+	set:   []string{"catalog.url=postgres://db/kiln", "node.drainTimeout=0"},
+	check: drains("0", 15),
 }, {
 	name: "existing Secrets",
 	set:  []string{"catalog.existingSecret=my-db", "clusterToken.existingSecret=my-token"},
@@ -361,6 +355,17 @@ var valueSets = []valueSet{{
 		}
 	},
 }}
+
+// drains checks the node pod's drain timeout and grace period.
+func drains(timeout string, grace int) func(t *testing.T, objs map[string]obj) {
+	return func(t *testing.T, objs map[string]obj) {
+		ds := objs["DaemonSet/r-kiln-node"]
+		if env := envOf(ds); env["KILN_DRAIN_TIMEOUT"] != timeout || ds.at("spec", "template", "spec", "terminationGracePeriodSeconds") != grace {
+			t.Errorf("node pod: drain timeout %q, grace %v; want %s, %d", env["KILN_DRAIN_TIMEOUT"],
+				ds.at("spec", "template", "spec", "terminationGracePeriodSeconds"), timeout, grace)
+		}
+	}
+}
 
 // refusedValues are values the chart refuses, with a message that says
 // what to set.

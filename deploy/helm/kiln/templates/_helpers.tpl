@@ -66,12 +66,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* node.drainTimeout in whole seconds, rounded up: a Go duration of
-integer h, m, s and ms parts (30s, 2m, 1m30s), which kiln reads as
-KILN_DRAIN_TIMEOUT; anything else is refused. */}}
+integer h, m, s and ms parts (30s, 2m, 1m30s) or 0 (no drain), which kiln
+reads as KILN_DRAIN_TIMEOUT; anything else is refused. */}}
 {{- define "kiln.drainSeconds" -}}
 {{- $d := toString .Values.node.drainTimeout -}}
-{{- if not (regexMatch "^([0-9]+(ms|h|m|s))+$" $d) -}}
-{{- fail (printf "node.drainTimeout %q is not a duration such as 30s, 2m or 1m30s" $d) -}}
+{{- if not (regexMatch "^(0|([0-9]+(ms|h|m|s))+)$" $d) -}}
+{{- fail (printf "node.drainTimeout %q is not a duration such as 30s, 2m or 1m30s (0: no drain)" $d) -}}
 {{- end -}}
 {{- $ms := 0 -}}
 {{- range regexFindAll "[0-9]+(ms|h|m|s)" $d -1 -}}
