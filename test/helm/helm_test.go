@@ -43,19 +43,35 @@ import (
 
 const helmBin = "/usr/local/lib/kiln/helm"
 
-// chart is the chart's path, Helm installed.
-func chart(t *testing.T) string {
+// repo is the repository's root.
+func repo(t *testing.T) string {
 	t.Helper()
-	repo, err := filepath.Abs("../..")
+	dir, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// install runs scripts/<script>, which builds a tool once and then
+// returns at once, and logs how long it took.
+func install(t *testing.T, script string) error {
+	t.Helper()
 	start := time.Now()
-	if out, err := exec.Command(filepath.Join(repo, "scripts", "install-helm.sh")).CombinedOutput(); err != nil {
-		t.Fatalf("installing Helm: %v\n%s", err, out)
+	if out, err := exec.Command(filepath.Join(repo(t), "scripts", script)).CombinedOutput(); err != nil {
+		return fmt.Errorf("scripts/%s: %w\n%s", script, err, out)
 	}
-	t.Logf("scripts/install-helm.sh took %v", time.Since(start).Round(time.Millisecond))
-	return filepath.Join(repo, "deploy", "helm", "kiln")
+	t.Logf("scripts/%s took %v", script, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// chart is the chart's path, Helm installed.
+func chart(t *testing.T) string {
+	t.Helper()
+	if err := install(t, "install-helm.sh"); err != nil {
+		t.Fatalf("installing Helm: %v", err)
+	}
+	return filepath.Join(repo(t), "deploy", "helm", "kiln")
 }
 
 // obj is one decoded manifest.
