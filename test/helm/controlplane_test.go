@@ -39,7 +39,6 @@ const (
 // scheduler or controllers, so objects are stored and validated but no pod
 // is ever made or run.
 type controlPlane struct {
-	url        string
 	kubeconfig string // for helm
 	dyn        dynamic.Interface
 	disc       discovery.DiscoveryInterface
@@ -136,7 +135,7 @@ current-context: test
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &controlPlane{url: url, kubeconfig: kubeconfig, dyn: dyn, disc: disc}
+	cp := &controlPlane{kubeconfig: kubeconfig, dyn: dyn, disc: disc}
 	cp.refreshMapper(t)
 	return cp
 }
