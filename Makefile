@@ -14,8 +14,9 @@ LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached);
 ## with Go already there, the runsc build runs beside the apt installs
-## (Nomad and Helm, which only test/nomad and test/helm need, are built by
-## those tests themselves: scripts/install-nomad.sh, scripts/install-helm.sh,
+## (Nomad, Helm, etcd and kube-apiserver, which only test/nomad and
+## test/helm need, are built by those tests themselves:
+## scripts/install-nomad.sh, scripts/install-helm.sh, scripts/install-kube.sh,
 ## cached in /usr/local/lib/kiln; a cold CI machine then builds them while
 ## other test packages run, instead of before every test starts)
 deps:
@@ -53,15 +54,16 @@ run: setup
 test: setup
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
-	@# Beside vet and the tests: the builds of Nomad and Helm for
-	@# test/nomad and test/helm (minutes on a new machine, cached after;
-	@# niced; those tests wait for them, or build them if these failed).
+	@# Beside vet and the tests: the builds of Nomad, and of Helm then
+	@# etcd and kube-apiserver, for test/nomad and test/helm (minutes on
+	@# a new machine, cached after; niced; those tests wait for them, or
+	@# build them if these failed).
 	@# Their output follows the tests'. The fuzz targets run after the
 	@# tests, on a quiet machine: beside them, a starved FuzzAgentMethods
 	@# worker was killed and the kernels it had started held its pipes,
 	@# so the fuzzer's coordinator waited forever.
 	@tools=$$(mktemp); rc=1; \
-		{ nice -n 10 scripts/install-helm.sh & nice -n 10 scripts/install-nomad.sh; wait; } >$$tools 2>&1 & tb=$$!; \
+		{ { nice -n 10 scripts/install-helm.sh; nice -n 10 scripts/install-kube.sh; } & nice -n 10 scripts/install-nomad.sh; wait; } >$$tools 2>&1 & tb=$$!; \
 		$(GO) vet ./... && $(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
 		wait $$tb; cat $$tools; rm -f $$tools; \
 		[ $$rc -eq 0 ]

@@ -64,3 +64,36 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ . | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* node.drainTimeout in whole seconds, rounded up: a Go duration of
+integer h, m, s and ms parts (30s, 2m, 1m30s) or 0 (no drain), which kiln
+reads as KILN_DRAIN_TIMEOUT; anything else is refused. */}}
+{{- define "kiln.drainSeconds" -}}
+{{- $d := toString .Values.node.drainTimeout -}}
+{{- if not (regexMatch "^(0|([0-9]+(ms|h|m|s))+)$" $d) -}}
+{{- fail (printf "node.drainTimeout %q is not a duration such as 30s, 2m or 1m30s (0: no drain)" $d) -}}
+{{- end -}}
+{{- $ms := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" $d -1 -}}
+{{- $n := regexFind "^[0-9]+" . -}}
+{{- $unit := trimPrefix $n . -}}
+{{- $ms = add $ms (mul ($n | int) (get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit)) -}}
+{{- end -}}
+{{- div (add $ms 999) 1000 -}}
+{{- end -}}
+
+{{/* The node pod's terminationGracePeriodSeconds: longer than the drain,
+which must finish before the kubelet's SIGKILL. By default the drain,
+then kiln's shutdown grace for in-flight requests (KILN_SHUTDOWN_GRACE,
+10 s), plus 5 s. */}}
+{{- define "kiln.nodeGrace" -}}
+{{- $drain := include "kiln.drainSeconds" . | int -}}
+{{- $grace := .Values.node.terminationGracePeriodSeconds -}}
+{{- if kindIs "invalid" $grace -}}
+{{- add $drain 15 -}}
+{{- else if le ($grace | int) $drain -}}
+{{- fail (printf "node.terminationGracePeriodSeconds (%v) must be longer than node.drainTimeout (%s, %d s): the kubelet kills the pod at the end of the grace period" $grace .Values.node.drainTimeout $drain) -}}
+{{- else -}}
+{{- $grace | int -}}
+{{- end -}}
+{{- end -}}
