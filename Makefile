@@ -9,16 +9,15 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test fuzz soak bench clean console-vendor image
+.PHONY: setup deps build run test gotest fuzz soak bench clean console-vendor image
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached);
 ## with Go already there, the runsc build runs beside the apt installs
 ## (Nomad, Helm, etcd and kube-apiserver, which only test/nomad and
-## test/helm need, are built by those tests themselves:
-## scripts/install-nomad.sh, scripts/install-helm.sh, scripts/install-kube.sh,
-## cached in /usr/local/lib/kiln; a cold CI machine then builds them while
-## other test packages run, instead of before every test starts)
+## test/helm need, are not deps: make test builds them in the background
+## from its start, and those tests build them if missing, with
+## scripts/install-{nomad,helm,kube}.sh, cached in /usr/local/lib/kiln)
 deps:
 	@if command -v go >/dev/null; then \
 		scripts/install-runsc.sh & runsc=$$!; \
@@ -51,23 +50,30 @@ run: setup
 
 ## test: set up, then run the whole test suite (root-only tests need root)
 ## and every fuzz target for a bounded time
-test: setup
-	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
-		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
-	@# Beside vet and the tests: the builds of Nomad, and of Helm then
-	@# etcd and kube-apiserver, for test/nomad and test/helm (minutes on
-	@# a new machine, cached after; niced; those tests wait for them, or
-	@# build them if these failed).
-	@# Their output follows the tests'. The fuzz targets run after the
-	@# tests, on a quiet machine: beside them, a starved FuzzAgentMethods
-	@# worker was killed and the kernels it had started held its pipes,
-	@# so the fuzzer's coordinator waited forever.
+test:
+	@# First, in the background and niced: the builds of etcd and
+	@# kube-apiserver, Nomad and Helm, which only test/helm and test/nomad
+	@# need (minutes each on a new machine, ~19 min for kube-apiserver on
+	@# a loaded one; cached after). They start before setup so that they
+	@# use the CPU setup leaves idle while it downloads; those tests wait
+	@# for them, or build them if these failed. Their output follows the
+	@# tests'. The fuzz targets run after the tests, on a quiet machine:
+	@# beside them, a starved FuzzAgentMethods worker was killed and the
+	@# kernels it had started held its pipes, so the fuzzer's coordinator
+	@# waited forever.
 	@tools=$$(mktemp); rc=1; \
-		{ { nice -n 10 scripts/install-helm.sh; nice -n 10 scripts/install-kube.sh; } & nice -n 10 scripts/install-nomad.sh; wait; } >$$tools 2>&1 & tb=$$!; \
-		$(GO) vet ./... && $(GO) test -count=1 -timeout 25m ./...; rc=$$?; \
+		{ nice -n 10 scripts/install-kube.sh & nice -n 10 scripts/install-nomad.sh & nice -n 10 scripts/install-helm.sh; wait; } >$$tools 2>&1 & tb=$$!; \
+		$(MAKE) --no-print-directory setup && $(MAKE) --no-print-directory gotest; rc=$$?; \
 		wait $$tb; cat $$tools; rm -f $$tools; \
 		[ $$rc -eq 0 ]
 	$(MAKE) --no-print-directory fuzz
+
+# gotest: gofmt, vet and the tests, once set up (make test)
+gotest:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "not gofmt'ed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 25m ./...
 
 ## fuzz: each fuzz target for FUZZTIME (crashers land in the package's
 ## testdata/fuzz: commit them with the fix)
