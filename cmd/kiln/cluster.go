@@ -22,7 +22,7 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 		return err
 	}
 	h := server.NewFront(server.FrontOptions{Records: st, Nodes: st, Keys: st, Templates: st, Volumes: st,
-		Log: log, Config: cfg, Version: version})
+		Log: log, Config: cfg, Version: version, Domain: sandboxDomain(cfg.Server.Public, ln.Addr())})
 	defer h.CloseFront()
 	go cluster.Sweep(ctx, st, cfg.Cluster.Heartbeat, cfg.Cluster.Silence(), log.With("component", "cluster"))
 	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "version", version, "role", cfg.Cluster.Role)

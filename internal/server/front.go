@@ -39,6 +39,9 @@ type FrontOptions struct {
 	// K.
 	Config  config.Config
 	Version string
+	// Domain is the sandboxes' domain (E2B's <port>-<id>.<domain>): a
+	// host under it that names no sandbox port is answered 404 here.
+	Domain string
 }
 
 // front is what a Server of role front has instead of a Manager.
@@ -51,6 +54,7 @@ type front struct {
 	proxy   *cluster.Proxy
 	k       int
 	routes  routes
+	domain  string
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -80,7 +84,7 @@ func NewFront(o FrontOptions) *Server {
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
 		catalog: &template.Catalog{Store: o.Templates}, volumes: o.Volumes,
-		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log),
+		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log), domain: o.Domain,
 	}
 	s.mux, s.routes = http.NewServeMux(), nil
 	s.registerFront()
