@@ -176,11 +176,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Running builds are cancelled (and recorded failed) before the
 	// Manager closes.
 	defer bld.Close()
+	// A node's MCP sessions call the cluster through a front of their own.
+	var front *server.Server
+	if nodeName != "" {
+		front = server.NewFront(server.FrontOptions{Records: st, Nodes: st, Keys: st, Templates: st, Volumes: st,
+			Log: log.With("component", "mcp-front"), Config: cfg, Version: version, Domain: domain})
+		defer front.CloseFront()
+	}
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
 		Builder: bld, Templates: st, Catalog: catalog, Volumes: vols,
-		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
+		ClusterToken: clusterToken(cfg.Cluster), Nodes: st, Node: nodeName, Cluster: front,
 	})
 	if nodeName != "" {
 		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {

@@ -94,6 +94,7 @@ func NewFront(o FrontOptions) *Server {
 
 func (s *Server) registerFront() {
 	s.route("GET /healthz", s.health, public)
+	s.route("GET /v1/node", s.frontNodeInfo, adminOnly)
 	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 	s.route("POST /v1/sandboxes", s.frontCreate, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
@@ -102,6 +103,9 @@ func (s *Server) registerFront() {
 	s.route("/v1/sandboxes/{id}/", s.frontSandbox, streamBody)
 	s.route("GET /v1/volumes/{id}", s.frontVolume, 0)
 	s.route("DELETE /v1/volumes/{id}", s.frontVolume, 0)
+	s.route("POST /mcp", s.frontMCP, 0)
+	s.route("GET /mcp", s.frontMCP, 0)
+	s.route("DELETE /mcp", s.frontMCP, 0)
 	s.route("GET /console/", s.frontAny, public)
 	s.route("/", s.frontAny, streamBody)
 }
