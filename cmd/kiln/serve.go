@@ -210,7 +210,6 @@ func runHTTP(ctx context.Context, cfg config.Config, h *server.Server, ln net.Li
 	// Header and idle timeouts, and the cap on pending connections
 	// (internal/server/edge.go).
 	hs := h.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
@@ -220,6 +219,11 @@ func runHTTP(ctx context.Context, cfg config.Config, h *server.Server, ln net.Li
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", cfg.Server.ShutdownGrace)
+	// MCP sessions end first, killing their sandboxes, while the listener
+	// still takes connections: on a cluster node they kill through the
+	// cluster, which may mean this node's own API. Their event streams
+	// would otherwise hold hs.Shutdown for its whole grace period.
+	h.CloseMCP()
 	gctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
 	defer cancel()
 	_ = hs.Shutdown(gctx) // stops accepting; waits for plain requests and NDJSON streams

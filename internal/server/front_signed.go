@@ -22,8 +22,10 @@ import (
 // route behind the cluster token) and routes the request to that one by
 // E2B's headers, where envd checks the signature again.
 
-// signerTimeout bounds a front's question to the nodes.
-const signerTimeout = 5 * time.Second
+// signerTimeout bounds a front's question to the nodes. A node answers
+// once it has read its live sandboxes, which waits for any of them busy
+// being created, paused or killed: seconds on a loaded node.
+const signerTimeout = 30 * time.Second
 
 // signerAnswer is a node's answer: the sandbox that signed the URL.
 type signerAnswer struct {
