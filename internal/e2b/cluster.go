@@ -86,11 +86,14 @@ func WriteGone(w http.ResponseWriter, rawID string) { sandboxGone(w, rawID) }
 // of a template-build path that must reach the node that builds it,
 // which keeps the build's pending steps, uploaded files and logs:
 // /v2/templates/{t}/builds/{b}, /templates/{t}/builds/{b}/status,
-// /templates/{t}/files/{hash}. ok is false for any other path (tags,
+// /templates/{t}/files/{hash}, and /templates/{t} (its delete removes
+// the build's files there). ok is false for any other path (tags,
 // aliases, lists and the rest read the shared catalog).
 func TemplateOfPath(p string) (tmpl, build string, ok bool) {
 	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
 	switch {
+	case len(parts) == 2 && parts[0] == "templates" && parts[1] != "" && parts[1] != "tags":
+		return parts[1], "", true
 	case len(parts) == 5 && parts[0] == "v2" && parts[1] == "templates" && parts[3] == "builds":
 		return parts[2], parts[4], true
 	case len(parts) == 5 && parts[0] == "templates" && parts[2] == "builds" && parts[4] == "status":

@@ -64,6 +64,9 @@ func TestClusterRouting(t *testing.T) {
 		{"/templates/site/tags", "", "", false},
 		{"/templates/aliases/site", "", "", false},
 		{"/templates/tags", "", "", false},
+		{"/templates/site", "site", "", true},
+		{"/templates", "", "", false},
+		{"/templates/", "", "", false},
 		{"/v3/templates", "", "", false},
 		{"/templates/site/builds/b1", "", "", false},
 	} {
