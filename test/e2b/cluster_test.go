@@ -13,14 +13,14 @@ import (
 // so the tests that use none pay nothing.
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-// TestStockSDKsThroughFront runs the pinned SDKs' JS test files,
+// TestFrontStockSDKs runs the pinned SDKs' JS test files,
 // unchanged, against one front of a cluster (docs/cluster.md): a
 // PostgreSQL catalog, the front and two nodes as separate kiln serve
 // processes, each node's sandbox networking in a test world of its own.
 // Both pinned versions (latest/ and v1/, which uses E2B's v1 control
 // plane), at once as TestStockSDKs runs them; not the newest release,
 // which goes through the same routes and would add minutes.
-func TestStockSDKsThroughFront(t *testing.T) {
+func TestFrontStockSDKs(t *testing.T) {
 	requireSuite(t)
 	began := time.Now()
 	c := servetest.StartCluster(t, servetest.Build(t), servetest.ClusterOptions{Store: pgtest.URL(t), Network: true})
