@@ -56,8 +56,8 @@ func (s *Server) signer(w http.ResponseWriter, r *http.Request) error {
 // signed it, as a request for that sandbox's envd.
 func (s *Server) frontSignedFiles(w http.ResponseWriter, r *http.Request) error {
 	r.Pattern = "E2B signed /files (front)"
-	// Unverified, a signature costs every node a question: held to the
-	// cap on requests without credentials.
+	// A signature the front cannot check costs every node a question:
+	// held to the cap on requests without credentials.
 	if err := s.edge.Admit(r, false); err != nil {
 		w.Header().Set("Connection", "close")
 		return err
