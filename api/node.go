@@ -6,7 +6,13 @@ import "time"
 // runs, its capacity, and how much of it live sandboxes hold. Admin keys
 // only: it counts every key's sandboxes.
 type NodeInfo struct {
-	Version        string   `json:"version"`
+	Version string `json:"version"`
+	// Role is the server's: all (one machine), node or front (a
+	// cluster's, docs/cluster.md). A front runs no sandboxes: it answers
+	// for itself (no runtimes, no sandboxes); GET /v1/nodes lists the
+	// cluster's nodes. Name is a node's name in the cluster.
+	Role           string   `json:"role,omitempty"`
+	Name           string   `json:"name,omitempty"`
 	Runtimes       []string `json:"runtimes"`        // runsc, runc
 	DefaultRuntime string   `json:"default_runtime"` // of creates that name none
 	Network        bool     `json:"network"`         // sandbox networking is on (KILN_NETWORK)

@@ -25,7 +25,7 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 	mt := metrics.New(nil)
 	mt.Registry().MustRegister(cluster.Collector(st))
 	h := server.NewFront(server.FrontOptions{Records: st, Nodes: st, Keys: st, Templates: st, Volumes: st,
-		Log: log, Config: cfg, Version: version, Metrics: mt})
+		Log: log, Config: cfg, Version: version, Metrics: mt, Domain: sandboxDomain(cfg.Server.Public, ln.Addr())})
 	defer h.CloseFront()
 	go cluster.Sweep(ctx, st, cfg.Cluster.Heartbeat, cfg.Cluster.Silence(), log.With("component", "cluster"))
 	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "version", version, "role", cfg.Cluster.Role)

@@ -182,11 +182,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// A node pulls the custom builds it does not hold from the cluster
 	// registry on first use.
 	catalog.SetFetch(bld.Fetch)
+	// A node's MCP sessions call the cluster through a front of their own.
+	var front *server.Server
+	if nodeName != "" {
+		front = server.NewFront(server.FrontOptions{Records: st, Nodes: st, Keys: st, Templates: st, Volumes: st,
+			Log: log.With("component", "mcp-front"), Config: cfg, Version: version, Domain: domain})
+		defer front.CloseFront()
+	}
 	h := server.New(server.Options{
 		Manager: m, Images: im, Keys: st, Log: log, Metrics: mt, Config: cfg, Version: version,
 		E2B:     &e2b.Options{Secret: secret, Domain: domain},
 		Builder: bld, Templates: st, Catalog: catalog, Volumes: vols,
-		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
+		ClusterToken: clusterToken(cfg.Cluster), Nodes: st, Node: nodeName, Cluster: front,
 	})
 	if nodeName != "" {
 		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
@@ -209,7 +216,6 @@ func runHTTP(ctx context.Context, cfg config.Config, h *server.Server, ln net.Li
 	// Header and idle timeouts, and the cap on pending connections
 	// (internal/server/edge.go).
 	hs := h.HTTPServer(slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	hs.RegisterOnShutdown(h.CloseMCP)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 
@@ -219,6 +225,11 @@ func runHTTP(ctx context.Context, cfg config.Config, h *server.Server, ln net.Li
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", cfg.Server.ShutdownGrace)
+	// MCP sessions end first, killing their sandboxes, while the listener
+	// still takes connections: on a cluster node they kill through the
+	// cluster, which may mean this node's own API. Their event streams
+	// would otherwise hold hs.Shutdown for its whole grace period.
+	h.CloseMCP()
 	gctx, cancel := context.WithTimeout(context.Background(), cfg.Server.ShutdownGrace)
 	defer cancel()
 	_ = hs.Shutdown(gctx) // stops accepting; waits for plain requests and NDJSON streams

@@ -55,6 +55,16 @@ func (p *Proxy) Close() { p.tr.CloseIdleConnections() }
 // that does not answer is answered with fail (errdefs.ErrUnavailable,
 // naming the node).
 func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node, fail Fail) {
+	p.forward(w, r, n, fail, false)
+}
+
+// ForwardHost is Forward keeping the client's Host header (rather than
+// the node's): E2B's data plane shows it to a sandbox's server.
+func (p *Proxy) ForwardHost(w http.ResponseWriter, r *http.Request, n Node, fail Fail) {
+	p.forward(w, r, n, fail, true)
+}
+
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, n Node, fail Fail, keepHost bool) {
 	target, err := url.Parse(n.URL)
 	if err != nil {
 		fail(w, r, fmt.Errorf("node %s has a bad URL in the catalog: %w", n.Name, err))
@@ -63,6 +73,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
+			if keepHost {
+				pr.Out.Host = pr.In.Host
+			}
 			pr.SetXForwarded()
 			pr.Out.Header.Set(TokenHeader, p.token)
 			pr.Out.Header.Set(RequestIDHeader, edge.RequestID(pr.In.Context()))

@@ -81,3 +81,31 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *edge.Edge, err erro
 // WriteGone is the data plane's answer for a sandbox that is not running
 // (E2B's 502, which the SDKs read as "the sandbox is gone").
 func WriteGone(w http.ResponseWriter, rawID string) { sandboxGone(w, rawID) }
+
+// TemplateOfPath returns the template (and build, if the path names one)
+// of a template-build path that must reach the node that builds it,
+// which keeps the build's pending steps, uploaded files and logs:
+// /v2/templates/{t}/builds/{b}, /templates/{t}/builds/{b}/status,
+// /templates/{t}/files/{hash}, and /templates/{t} (its delete removes
+// the build's files there). ok is false for any other path (tags,
+// aliases, lists and the rest read the shared catalog).
+func TemplateOfPath(p string) (tmpl, build string, ok bool) {
+	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	switch {
+	case len(parts) == 2 && parts[0] == "templates" && parts[1] != "" && parts[1] != "tags":
+		return parts[1], "", true
+	case len(parts) == 5 && parts[0] == "v2" && parts[1] == "templates" && parts[3] == "builds":
+		return parts[2], parts[4], true
+	case len(parts) == 5 && parts[0] == "templates" && parts[2] == "builds" && parts[4] == "status":
+		return parts[1], parts[3], true
+	case len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
+		return parts[1], "", true
+	}
+	return "", "", false
+}
+
+// IsBuildRequest reports whether r names a new template build (POST
+// /v3/templates), which goes to the node of the template's last build.
+func IsBuildRequest(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Path == "/v3/templates"
+}

@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/kiln-sh/kiln/internal/e2b"
@@ -50,6 +51,45 @@ func TestClusterRouting(t *testing.T) {
 		id, content, ok := e2b.VolumeOfPath(tc.path)
 		if id != tc.id || content != tc.content || ok != tc.ok {
 			t.Errorf("VolumeOfPath(%q) = %q, %v, %v; want %q, %v, %v", tc.path, id, content, ok, tc.id, tc.content, tc.ok)
+		}
+	}
+
+	for _, tc := range []struct {
+		path, tmpl, build string
+		ok                bool
+	}{
+		{"/v2/templates/site/builds/b1", "site", "b1", true},
+		{"/templates/site/builds/b1/status", "site", "b1", true},
+		{"/templates/site/files/" + strings.Repeat("a", 64), "site", "", true},
+		{"/templates/site/tags", "", "", false},
+		{"/templates/aliases/site", "", "", false},
+		{"/templates/tags", "", "", false},
+		{"/templates/site", "site", "", true},
+		{"/templates", "", "", false},
+		{"/templates/", "", "", false},
+		{"/v3/templates", "", "", false},
+		{"/templates/site/builds/b1", "", "", false},
+	} {
+		tmpl, build, ok := e2b.TemplateOfPath(tc.path)
+		if tmpl != tc.tmpl || build != tc.build || ok != tc.ok {
+			t.Errorf("TemplateOfPath(%q) = %q, %q, %v; want %q, %q, %v", tc.path, tmpl, build, ok, tc.tmpl, tc.build, tc.ok)
+		}
+	}
+	if !e2b.IsBuildRequest(httptest.NewRequest("POST", "/v3/templates", nil)) || e2b.IsBuildRequest(httptest.NewRequest("GET", "/v3/templates", nil)) {
+		t.Error("IsBuildRequest: want POST /v3/templates only")
+	}
+	for _, tc := range []struct {
+		host, domain string
+		under        bool
+	}{
+		{"nosandbox.localhost:8420", "localhost:8420", true},
+		{"8000-abc.sandboxes.example.com", "sandboxes.example.com", true},
+		{"localhost:8420", "localhost:8420", false},
+		{"api.example.com", "sandboxes.example.com", false},
+		{"x.localhost", "", false},
+	} {
+		if got := e2b.UnderDomain(tc.host, tc.domain); got != tc.under {
+			t.Errorf("UnderDomain(%q, %q) = %v, want %v", tc.host, tc.domain, got, tc.under)
 		}
 	}
 

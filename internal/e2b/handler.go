@@ -10,7 +10,6 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b/envd"
 	"github.com/kiln-sh/kiln/internal/edge"
-	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/template"
 	"github.com/kiln-sh/kiln/internal/template/builder"
@@ -107,7 +106,7 @@ func Routed(r *http.Request) bool {
 	if _, _, ok := hostTarget(r.Host); ok {
 		return true
 	}
-	if signedFiles(r) {
+	if SignedFiles(r) {
 		return true
 	}
 	p := r.URL.Path
@@ -134,7 +133,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Header.Get(headerSandboxID) != "" || r.Header.Get(headerSandboxPort) != "":
 		h.serveHeaderRouted(w, r)
-	case signedFiles(r):
+	case SignedFiles(r):
 		h.serveSignedFiles(w, r)
 	default:
 		if port, id, ok := hostTarget(r.Host); ok {
@@ -142,9 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if h.underDomain(r.Host) {
-			r.Pattern = "E2B bad host"
-			writeStatus(w, http.StatusNotFound, "host "+errdefs.ClipN(r.Host, 80)+
-				" names no sandbox port: want <port>-<sandbox id>."+h.o.Domain)
+			WriteBadHost(w, r, h.o.Domain)
 			return
 		}
 		h.control.ServeHTTP(w, r)

@@ -52,11 +52,23 @@ func hostTarget(host string) (port int, id string, ok bool) {
 
 // underDomain reports whether host (with or without a :port suffix) is a
 // name under the sandboxes' domain, <something>.<domain>.
-func (h *Handler) underDomain(host string) bool {
-	if h.o.Domain == "" {
+func (h *Handler) underDomain(host string) bool { return UnderDomain(host, h.o.Domain) }
+
+// UnderDomain reports whether host (with or without a :port suffix) is a
+// name under domain ("": none), <something>.<domain>.
+func UnderDomain(host, domain string) bool {
+	if domain == "" {
 		return false
 	}
-	return strings.HasSuffix(hostname(host), "."+hostname(h.o.Domain))
+	return strings.HasSuffix(hostname(host), "."+hostname(domain))
+}
+
+// WriteBadHost answers a request for a host under the sandboxes' domain
+// that names no sandbox port: 404.
+func WriteBadHost(w http.ResponseWriter, r *http.Request, domain string) {
+	r.Pattern = "E2B bad host"
+	writeStatus(w, http.StatusNotFound, "host "+errdefs.ClipN(r.Host, 80)+
+		" names no sandbox port: want <port>-<sandbox id>."+domain)
 }
 
 // hostname is host without its :port and trailing dot, in lower case.
@@ -67,9 +79,9 @@ func hostname(host string) string {
 	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
-// signedFiles reports whether r is a header-less envd file URL made by
+// SignedFiles reports whether r is a header-less envd file URL made by
 // sandbox.downloadUrl()/uploadUrl(): GET or POST /files with a signature.
-func signedFiles(r *http.Request) bool {
+func SignedFiles(r *http.Request) bool {
 	return r.URL.Path == "/files" && (r.Method == http.MethodGet || r.Method == http.MethodPost) &&
 		r.URL.Query().Has("signature")
 }
@@ -189,23 +201,51 @@ func (h *Handler) token(id sandbox.ID) string { return AccessToken(h.o.Secret, i
 // sandbox whose token made its signature.
 func (h *Handler) serveSignedFiles(w http.ResponseWriter, r *http.Request) {
 	r.Pattern = "E2B signed /files"
-	if exp := r.URL.Query().Get("signature_expiration"); exp != "" {
-		if t, err := strconv.ParseInt(exp, 10, 64); err == nil && t < time.Now().Unix() {
-			writeStatus(w, http.StatusUnauthorized, "signature is already expired")
-			return
-		}
+	sb, ok := h.Signer(r)
+	if !ok {
+		RefuseSigned(w, r)
+		return
+	}
+	edge.Annotate(r, sb.ID.String())
+	_ = h.edge.Admit(r, true) // the signature is a credential: never refused
+	a, err := h.m.Agent(sb.ID)
+	if err != nil {
+		RefuseSigned(w, r)
+		return
+	}
+	h.envd.ServeSandbox(w, r, sb, a, h.token(sb.ID))
+}
+
+// Signer returns the running sandbox of this node whose access token
+// signed r, a header-less signed /files URL (SignedFiles): the signature
+// names no sandbox, so every one is tried. An expired signature has none.
+func (h *Handler) Signer(r *http.Request) (sandbox.Sandbox, bool) {
+	if signatureExpired(r) {
+		return sandbox.Sandbox{}, false
 	}
 	for _, sb := range h.m.Live() {
-		if sb.State != sandbox.StateRunning || !envd.Signed(r, h.token(sb.ID)) {
-			continue
+		if sb.State == sandbox.StateRunning && envd.Signed(r, h.token(sb.ID)) {
+			return sb, true
 		}
-		edge.Annotate(r, sb.ID.String())
-		_ = h.edge.Admit(r, true) // the signature is a credential: never refused
-		a, err := h.m.Agent(sb.ID)
-		if err != nil {
-			break
-		}
-		h.envd.ServeSandbox(w, r, sb, a, h.token(sb.ID))
+	}
+	return sandbox.Sandbox{}, false
+}
+
+// signatureExpired reports whether r's signature_expiration is past.
+func signatureExpired(r *http.Request) bool {
+	exp := r.URL.Query().Get("signature_expiration")
+	if exp == "" {
+		return false
+	}
+	t, err := strconv.ParseInt(exp, 10, 64)
+	return err == nil && t < time.Now().Unix()
+}
+
+// RefuseSigned answers a signed /files URL that no running sandbox
+// signed (or whose signature expired) as envd does.
+func RefuseSigned(w http.ResponseWriter, r *http.Request) {
+	if signatureExpired(r) {
+		writeStatus(w, http.StatusUnauthorized, "signature is already expired")
 		return
 	}
 	writeStatus(w, http.StatusUnauthorized, "invalid signature")

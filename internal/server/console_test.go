@@ -141,7 +141,7 @@ func TestNodeInfo(t *testing.T) {
 	h := newHarness(t, false, harnessOpts{})
 	var n api.NodeInfo
 	h.do("GET", "/v1/node", h.admin, nil, http.StatusOK, &n)
-	if n.Version != "test" || !slices.Equal(n.Runtimes, []string{"runsc", "runc"}) || n.DefaultRuntime == "" {
+	if n.Version != "test" || n.Role != "all" || n.Name != "" || !slices.Equal(n.Runtimes, []string{"runsc", "runc"}) || n.DefaultRuntime == "" {
 		t.Errorf("node: %+v", n)
 	}
 	if n.CPUs < 1 || n.MemoryBytes <= 0 || n.MemoryAvailableBytes <= 0 || n.MemoryAvailableBytes > n.MemoryBytes ||

@@ -28,6 +28,7 @@ func (s *Server) mountE2B(o *e2b.Options, log *slog.Logger, next http.Handler) h
 		eo.PortProxy = s.portProxy().ServePort
 	}
 	h := e2b.New(eo)
+	s.e2b = h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.Routed(r) {
 			defer s.recover(w, r)

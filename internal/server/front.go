@@ -43,6 +43,9 @@ type FrontOptions struct {
 	// Metrics, if set, records the front's requests and serves them with
 	// the cluster's view of the catalog (cluster.Collector) at /metrics.
 	Metrics *metrics.Metrics
+	// Domain is the sandboxes' domain (E2B's <port>-<id>.<domain>): a
+	// host under it that names no sandbox port is answered 404 here.
+	Domain string
 }
 
 // front is what a Server of role front has instead of a Manager.
@@ -55,6 +58,7 @@ type front struct {
 	proxy   *cluster.Proxy
 	k       int
 	routes  routes
+	domain  string
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -84,7 +88,7 @@ func NewFront(o FrontOptions) *Server {
 	s.front = &front{
 		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
 		catalog: &template.Catalog{Store: o.Templates}, volumes: o.Volumes,
-		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log),
+		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log), domain: o.Domain,
 	}
 	s.mux, s.routes = http.NewServeMux(), nil
 	s.registerFront()
@@ -95,6 +99,7 @@ func NewFront(o FrontOptions) *Server {
 func (s *Server) registerFront() {
 	s.route("GET /healthz", s.health, public)
 	s.route("GET /metrics", s.serveMetrics, 0)
+	s.route("GET /v1/node", s.frontNodeInfo, adminOnly)
 	s.route("GET /v1/nodes", s.listNodes, adminOnly)
 	s.route("POST /v1/sandboxes", s.frontCreate, 0)
 	s.route("GET /v1/sandboxes", s.listSandboxes, 0)
@@ -104,6 +109,9 @@ func (s *Server) registerFront() {
 	s.route("GET /v1/volumes/{id}", s.frontVolume, 0)
 	s.route("DELETE /v1/volumes/{id}", s.frontVolume, 0)
 	s.registerFrontTemplates()
+	s.route("POST /mcp", s.frontMCP, 0)
+	s.route("GET /mcp", s.frontMCP, 0)
+	s.route("DELETE /mcp", s.frontMCP, 0)
 	s.route("GET /console/", s.frontAny, public)
 	s.route("/", s.frontAny, streamBody)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
@@ -24,6 +25,10 @@ import (
 func (s *Server) frontE2B(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !e2b.Routed(r) {
+			if e2b.UnderDomain(r.Host, s.front.domain) {
+				e2b.WriteBadHost(w, r, s.front.domain)
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -71,7 +76,8 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 		return
 	}
 	e2b.RouteByHeaders(r, rawID, port)
-	s.front.proxy.Forward(w, r, n, func(w http.ResponseWriter, _ *http.Request, _ error) { e2b.WriteGone(w, rawID) })
+	// The Host stays the client's: an exposed port's server sees it.
+	s.front.proxy.ForwardHost(w, r, n, func(w http.ResponseWriter, _ *http.Request, _ error) { e2b.WriteGone(w, rawID) })
 }
 
 // carriesCredential reports whether a data-plane request carries anything
@@ -99,10 +105,17 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		// Only where it may go is read here; the node validates it. An
 		// E2B template id may also name a snapshot.
 		var req struct {
-			TemplateID string `json:"templateID"`
+			TemplateID   string `json:"templateID"`
+			VolumeMounts []struct {
+				Name string `json:"name"`
+			} `json:"volumeMounts"`
 		}
 		_ = json.Unmarshal(body, &req)
-		want, err := s.frontWant(r.Context(), k.Key.ID, "", req.TemplateID, req.TemplateID, nil)
+		var vols []api.VolumeMount
+		for _, m := range req.VolumeMounts {
+			vols = append(vols, api.VolumeMount{Volume: m.Name})
+		}
+		want, err := s.frontWant(r.Context(), k.Key.ID, "", req.TemplateID, req.TemplateID, vols)
 		if err != nil {
 			return err
 		}
@@ -114,6 +127,16 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 	}
 	if ok, err := s.frontE2BTemplates(w, r); ok {
 		return err
+	}
+	// The rest of a template's routes (its delete, its info) go to the
+	// node of its build.
+	if tmpl, build, ok := e2b.TemplateOfPath(r.URL.Path); ok || e2b.IsBuildRequest(r) {
+		edge.StreamBody(r)
+		return s.frontE2BTemplate(w, r, tmpl, build)
+	}
+	if e2b.SignedFiles(r) {
+		edge.StreamBody(r)
+		return s.frontSignedFiles(w, r)
 	}
 	raw, ok := e2b.SandboxOfPath(r.URL.Path)
 	if !ok {

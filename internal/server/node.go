@@ -9,6 +9,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
 
@@ -16,18 +17,15 @@ import (
 // its live sandboxes hold (docs/api.md, "Node").
 func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 	out := api.NodeInfo{
-		Version: s.version, Runtimes: []string{"runsc", "runc"}, DefaultRuntime: s.cfg.Runtime,
-		Network: s.m.Networking(), CPUs: goruntime.NumCPU(), Sandboxes: map[string]int{},
+		Version: s.version, Role: config.RoleAll, Runtimes: []string{"runsc", "runc"}, DefaultRuntime: s.cfg.Runtime,
+		Network: s.m.Networking(), Sandboxes: map[string]int{},
 	}
-	var err error
-	if out.MemoryBytes, out.MemoryAvailableBytes, err = cluster.Meminfo(); err != nil {
-		return fmt.Errorf("reading the host's memory: %w", err)
+	if s.node != "" {
+		out.Role, out.Name = config.RoleNode, s.node
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.cfg.DataDir, &st); err != nil {
-		return fmt.Errorf("reading the data dir's file system: %w", err)
+	if err := s.hostInfo(&out, true); err != nil {
+		return err
 	}
-	out.DiskBytes, out.DiskFreeBytes = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
 	for _, sb := range s.m.Live() {
 		out.Sandboxes[string(sb.State)]++
 		out.Allocated.CPUs += sb.Limits.CPUs
@@ -41,6 +39,36 @@ func (s *Server) nodeInfo(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// frontNodeInfo answers GET /v1/node on a front: itself, with no
+// runtimes, no sandboxes and no disk of its own (GET /v1/nodes lists the
+// cluster's nodes).
+func (s *Server) frontNodeInfo(w http.ResponseWriter, r *http.Request) error {
+	out := api.NodeInfo{Version: s.version, Role: config.RoleFront, Runtimes: []string{}, Sandboxes: map[string]int{}}
+	if err := s.hostInfo(&out, false); err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// hostInfo fills in the host's CPUs, memory, and with disk the file
+// system of the data dir.
+func (s *Server) hostInfo(out *api.NodeInfo, disk bool) error {
+	out.CPUs = goruntime.NumCPU()
+	var err error
+	if out.MemoryBytes, out.MemoryAvailableBytes, err = cluster.Meminfo(); err != nil {
+		return fmt.Errorf("reading the host's memory: %w", err)
+	}
+	if !disk {
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(s.cfg.DataDir, &st); err != nil {
+		return fmt.Errorf("reading the data dir's file system: %w", err)
+	}
+	out.DiskBytes, out.DiskFreeBytes = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
+	return nil
 }
 
 // listNodes answers GET /v1/nodes: the cluster's nodes as the catalog

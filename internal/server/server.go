@@ -69,6 +69,13 @@ type Options struct {
 	// Nodes is the catalog's node registry, served at GET /v1/nodes;
 	// without it that route answers unavailable.
 	Nodes cluster.Store
+	// Node is a cluster node's name and Cluster an in-process front of
+	// its cluster (NewFront): MCP sessions made here then have ids that
+	// name this node, so that fronts route them here, and call the
+	// cluster through that front, so that their sandboxes are placed (and
+	// reached) as any other (tools.go).
+	Node    string
+	Cluster *Server
 }
 
 // records reads sandbox records: a Manager's (live ones first, then its
@@ -99,6 +106,9 @@ type Server struct {
 	edge    *edge.Edge
 	routes  []string
 	mcp     *tools.HTTPHandler // /mcp (tools.go)
+	node    string             // a cluster node's name (Options.Node)
+	cluster *Server            // what MCP sessions call (Options.Cluster)
+	e2b     *e2b.Handler       // E2B's API, if mounted (e2b.go)
 
 	nodes   cluster.Store    // GET /v1/nodes (node.go)
 	builder *builder.Builder // templates*.go
@@ -135,6 +145,7 @@ func New(o Options) *Server {
 		metrics: o.Metrics, cfg: o.Config, version: o.Version, ping: o.PingInterval,
 		mux:     http.NewServeMux(),
 		builder: o.Builder, tmpl: o.Templates, catalog: o.Catalog, volumes: o.Volumes, nodes: o.Nodes,
+		node: o.Node, cluster: o.Cluster,
 	}
 	s.edge = edge.New(edge.Options{
 		Log: s.log, Keys: s.keys, Metrics: o.Metrics, Config: o.Config.Server.Edge,
@@ -144,6 +155,9 @@ func New(o Options) *Server {
 	s.records = o.Manager
 	s.drain, s.cancelDrain = context.WithCancel(context.Background())
 	s.register()
+	if o.ClusterToken != "" {
+		s.route("GET /v1/cluster/signer/{op}", s.signer, public) // fronts' (front_signed.go)
+	}
 	s.handler = s.edge.Handler(s.clusterGuard(o.ClusterToken, s.mountE2B(o.E2B, o.Log, s.mux)))
 	return s
 }

@@ -23,12 +23,16 @@ import (
 const maxToolArgs = 8 << 20
 
 // newMCP makes the handler of /mcp: each MCP session calls this server
-// in-process with the API key that opened it (internal/tools).
+// (on a cluster node, its cluster's in-process front) in-process with the
+// API key that opened it (internal/tools).
 func (s *Server) newMCP() *tools.HTTPHandler {
 	return tools.NewHTTPHandler(func(r *http.Request) *client.Client {
 		secret, _ := edge.Secret(r) // authenticated already
+		if s.cluster != nil {
+			return s.cluster.inProcessClient(secret)
+		}
 		return s.inProcessClient(secret)
-	}, tools.HTTPOptions{Version: s.version, Log: s.log.With("component", "mcp")})
+	}, tools.HTTPOptions{Version: s.version, Log: s.log.With("component", "mcp"), Node: s.node})
 }
 
 // serveMCP serves MCP's streamable HTTP transport (POST messages, GET the

@@ -132,68 +132,129 @@ func StartWith(t testing.TB, kiln string, o Options) *Server {
 		s.World = World(t)
 		env = s.World.ServeEnv()
 	}
-	dataDir, addr := DataDir(t), FreeAddr(t)
-	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
-	cmd.Env = append(append(os.Environ(), env...), o.Env...)
-	stdout, err := cmd.StdoutPipe()
+	p := startProc(t, kiln, "kiln serve", DataDir(t), FreeAddr(t), append(env, o.Env...))
+	s.URL = p.URL
+	t.Cleanup(func() {
+		s.killAlive(t)
+		p.stop(t)
+	})
+	p.ready(t, "")
+	s.Key = p.adminKey(t)
+	s.Client = client.New(s.URL, s.Key)
+	return s
+}
+
+// killAlive kills the sandboxes still alive: they would outlive the
+// server.
+func (s *Server) killAlive(t testing.TB) {
+	if s.Client == nil {
+		return
+	}
+	for _, id := range s.Alive(t) {
+		if err := s.Client.KillSandbox(context.Background(), id); err != nil {
+			t.Errorf("killing %s: %v", id, err)
+		}
+	}
+}
+
+// proc is one running kiln serve.
+type proc struct {
+	name, URL string
+	cmd       *exec.Cmd
+	log       string
+	logf      *os.File
+	exited    chan struct{}
+	key       chan string // the admin key, if it printed one
+}
+
+// startProc starts kiln serve on addr with dataDir and env added to this
+// process's environment; name names it in failures.
+func startProc(t testing.TB, kiln, name, dataDir, addr string, env []string) *proc {
+	t.Helper()
+	p := &proc{name: name, URL: "http://" + addr, log: filepath.Join(t.TempDir(), "serve.log"),
+		exited: make(chan struct{}), key: make(chan string, 1)}
+	p.cmd = exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	p.cmd.Env = append(os.Environ(), env...)
+	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	logPath := filepath.Join(t.TempDir(), "serve.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
+	if p.logf, err = os.Create(p.log); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
+	p.cmd.Stderr = p.logf
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	keyc := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				keyc <- m[1]
+				p.key <- m[1]
 			}
 		}
+		_ = p.cmd.Wait()
+		close(p.exited)
 	}()
-	s.URL = "http://" + addr
-	t.Cleanup(func() {
-		if s.Client != nil {
-			for _, id := range s.Alive(t) {
-				if err := s.Client.KillSandbox(context.Background(), id); err != nil {
-					t.Errorf("killing %s: %v", id, err)
-				}
-			}
-		}
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			logs, _ := os.ReadFile(logPath)
-			t.Logf("kiln serve log (warnings and errors):\n%s", GrepErrors(logs))
-		}
-	})
+	return p
+}
+
+// ready waits until p answers /healthz (with token, if a cluster node's).
+func (p *proc) ready(t testing.TB, token string) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get(s.URL + "/healthz")
+		req, _ := http.NewRequest("GET", p.URL+"/healthz", nil)
+		if token != "" {
+			req.Header.Set(cluster.TokenHeader, token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
-			break
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited:\n%s", p.name, logs)
+		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(logPath)
-			t.Fatalf("kiln serve did not come up: %v\n%s", err, logs)
+			logs, _ := os.ReadFile(p.log)
+			t.Fatalf("%s did not come up: %v\n%s", p.name, err, logs)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// adminKey is the admin key p printed on its first start.
+func (p *proc) adminKey(t testing.TB) string {
+	t.Helper()
 	select {
-	case s.Key = <-keyc:
+	case k := <-p.key:
+		return k
 	case <-time.After(10 * time.Second):
-		t.Fatal("kiln serve printed no admin key")
+		t.Fatalf("%s printed no admin key", p.name)
+		return ""
 	}
-	s.Client = client.New(s.URL, s.Key)
-	return s
+}
+
+// stop stops p (SIGTERM, then SIGKILL after 20 s) and logs its warnings
+// and errors if t failed.
+func (p *proc) stop(t testing.TB) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.logf.Close()
+	if t.Failed() {
+		logs, _ := os.ReadFile(p.log)
+		t.Logf("%s log (warnings and errors):\n%s", p.name, GrepErrors(logs))
+	}
 }
 
 // Alive lists the ids of the server's sandboxes that are not stopped or

@@ -34,6 +34,9 @@ type HTTPOptions struct {
 	Version     string
 	IdleTimeout time.Duration // default DefaultIdleTimeout
 	Log         *slog.Logger
+	// Node, on a cluster node, is its name: session ids then carry it
+	// (SessionNode), so that fronts route each session to its node.
+	Node string
 }
 
 // HTTPHandler serves the tools over MCP's streamable HTTP transport. Each
@@ -84,7 +87,7 @@ func NewHTTPHandler(clientFor func(*http.Request) *client.Client, o HTTPOptions)
 			delete(hh.live, sess)
 			hh.mu.Unlock()
 		}
-		return NewMCPServer(sess, o.Version)
+		return newMCPServer(sess, o.Version, o.Node)
 	}, &mcp.StreamableHTTPOptions{
 		SessionTimeout: o.IdleTimeout, Logger: o.Log, MaxRequestBodyBytes: maxRequestBody,
 		// The SDK refuses loopback requests whose Host is not loopback,

@@ -2,11 +2,15 @@ package tools
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/config"
 )
 
 // instructions tell an MCP client's model how the tools fit together.
@@ -18,15 +22,23 @@ const instructions = "Kiln runs code in an isolated sandbox that belongs to this
 // NewMCPServer returns an MCP server offering every tool on sess. It
 // serves one MCP session: when that session ends, sess is closed and its
 // sandbox killed.
-func NewMCPServer(sess *Session, version string) *mcp.Server {
+func NewMCPServer(sess *Session, version string) *mcp.Server { return newMCPServer(sess, version, "") }
+
+// newMCPServer is NewMCPServer whose HTTP session ids name node (see
+// SessionNode), unless node is "".
+func newMCPServer(sess *Session, version, node string) *mcp.Server {
 	// The session's end (stdio EOF, HTTP DELETE or idle expiry) closes
 	// sess: attach at initialization, or at the first call for clients of
 	// the stateless protocol, which skip it.
-	srv := mcp.NewServer(&mcp.Implementation{Name: "kiln", Title: "Kiln sandboxes", Version: version}, &mcp.ServerOptions{
+	o := &mcp.ServerOptions{
 		Instructions:       instructions,
 		Capabilities:       &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) { sess.attach(req.Session) },
-	})
+	}
+	if node != "" {
+		o.GetSessionID = func() string { return nodeSessionID(node) }
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "kiln", Title: "Kiln sandboxes", Version: version}, o)
 	for _, t := range All() {
 		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.Schema},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -56,4 +68,30 @@ func toMCP(res *api.ToolResult) *mcp.CallToolResult {
 		out.Content = append(out.Content, &mcp.TextContent{Text: c.Text})
 	}
 	return out
+}
+
+// An MCP session over HTTP lives in the process that made it. In a
+// cluster that is a node, and its session ids name it, <random>.<node>,
+// so that every front sends the session's later requests there with no
+// state of its own.
+
+// nodeSessionID is a new session id of node: 128 random bits, then the
+// node's name.
+func nodeSessionID(node string) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b) + "." + node
+}
+
+// SessionNode returns the node named by an MCP session id a node made;
+// ok is false for any other id.
+func SessionNode(id string) (node string, ok bool) {
+	random, node, found := strings.Cut(id, ".")
+	if !found || len(random) != 32 || !config.ValidNodeName(node) {
+		return "", false
+	}
+	if _, err := hex.DecodeString(random); err != nil {
+		return "", false
+	}
+	return node, true
 }

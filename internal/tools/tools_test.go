@@ -121,3 +121,26 @@ func TestAdmit(t *testing.T) {
 		t.Error("admitted after Close")
 	}
 }
+
+func TestSessionNode(t *testing.T) {
+	for _, tc := range []struct {
+		id, node string
+		ok       bool
+	}{
+		{"0123456789abcdef0123456789abcdef.node-a", "node-a", true},
+		{"0123456789abcdef0123456789abcdef.host.example.com", "host.example.com", true},
+		{"0123456789abcdef0123456789abcdef", "", false},
+		{"0123456789abcdef.node-a", "", false},
+		{"0123456789abcdef0123456789abcdeg.node-a", "", false},
+		{"0123456789abcdef0123456789abcdef.-bad", "", false},
+		{"", "", false},
+	} {
+		if node, ok := SessionNode(tc.id); node != tc.node || ok != tc.ok {
+			t.Errorf("SessionNode(%q) = %q, %v; want %q, %v", tc.id, node, ok, tc.node, tc.ok)
+		}
+	}
+	id := nodeSessionID("node-b")
+	if node, ok := SessionNode(id); node != "node-b" || !ok || id == nodeSessionID("node-b") {
+		t.Errorf("nodeSessionID: %q → %q, %v (or not random)", id, node, ok)
+	}
+}

@@ -37,14 +37,7 @@ var sdks = []string{"latest", "v1"}
 // TestStockSDKs runs every JS test file against kiln serve once per SDK
 // version, both versions at once.
 func TestStockSDKs(t *testing.T) {
-	ocitest.RequireRoot(t)
-	dataDir := config.FromEnv().DataDir
-	for _, name := range []string{"base", "code-interpreter"} {
-		_, err := template.Lookup(dataDir, name)
-		ocitest.Require(t, err == nil, fmt.Sprintf("template %s not built (make setup): %v", name, err))
-	}
-	requireNode(t)
-
+	requireSuite(t)
 	srv := servetest.Start(t, servetest.Build(t))
 	t.Run("sdk", func(t *testing.T) { runPinned(t, srv, nil) })
 	// After the pinned pair, not beside it: the machine may be small.
@@ -64,14 +57,33 @@ func runPinned(t *testing.T, srv *servetest.Server, env []string, files ...strin
 	for _, sdk := range sdks {
 		t.Run(sdk, func(t *testing.T) {
 			t.Parallel()
-			dir, err := filepath.Abs(sdk)
-			if err != nil {
-				t.Fatal(err)
-			}
-			npmCI(t, dir)
-			runNode(t, dir, srv, env, files...)
+			runSDK(t, sdk, srv, env, files...)
 		})
 	}
+}
+
+// runSDK runs the JS test files (all, or files) with the pinned SDK
+// version sdk (a project under this directory) against srv.
+func runSDK(t *testing.T, sdk string, srv *servetest.Server, env []string, files ...string) {
+	dir, err := filepath.Abs(sdk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	npmCI(t, dir)
+	runNode(t, dir, srv, env, files...)
+}
+
+// requireSuite fails (skips outside CI) t unless the JS suite can run:
+// root, the built templates base and code-interpreter, node and npm.
+func requireSuite(t *testing.T) {
+	t.Helper()
+	ocitest.RequireRoot(t)
+	dataDir := config.FromEnv().DataDir
+	for _, name := range []string{"base", "code-interpreter"} {
+		_, err := template.Lookup(dataDir, name)
+		ocitest.Require(t, err == nil, fmt.Sprintf("template %s not built (make setup): %v", name, err))
+	}
+	requireNode(t)
 }
 
 // minNode is the oldest node the pinned SDKs support (their engines field).
