@@ -35,6 +35,9 @@ type Snapshot struct {
 	SizeBytes int64             `json:"size_bytes"` // disk used by its files
 	Node      string            `json:"node,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Image is its image in the shared snapshot dir, as Sandbox.Image
+	// ("" for one in its node's data dir): any node can restore it.
+	Image string `json:"image,omitempty"`
 }
 
 var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
