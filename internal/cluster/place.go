@@ -16,6 +16,9 @@ type Want struct {
 	// Node, if set, is the one node that can serve it (e.g. the node
 	// that holds the snapshot it restores).
 	Node string
+	// Prefer, if set, is the node to try first when it fits (the node
+	// a snapshot in shared storage was taken on); the others follow.
+	Prefer string
 }
 
 // Place orders the live nodes that can take a create, best first: K of
@@ -58,6 +61,11 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	out := make([]Node, len(fit))
 	for i, j := range idx {
 		out[i] = fit[j]
+	}
+	if i := slices.IndexFunc(out, func(n Node) bool { return n.Name == want.Prefer }); i > 0 {
+		p := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = p
 	}
 	return out, nil
 }

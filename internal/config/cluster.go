@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,6 +55,12 @@ type Cluster struct {
 	// PlacementK is how many live nodes a front samples per create
 	// before it picks the least loaded (KILN_PLACEMENT_K, default 3).
 	PlacementK int
+	// SnapshotDir is a directory every node mounts at the same path (NFS,
+	// or a shared directory on one machine) where nodes keep the images
+	// of paused sandboxes and named snapshots, so that any node can
+	// restore them (KILN_SNAPSHOT_DIR, --snapshot-dir; docs/snapshots.md).
+	// "" keeps them in the node's data dir, restorable there only.
+	SnapshotDir string
 }
 
 // TokenMinLength is the shortest cluster token accepted.
@@ -66,7 +73,7 @@ func defaultCluster() Cluster {
 func clusterFromEnv(c Cluster) Cluster {
 	for dst, key := range map[*string]string{
 		&c.Role: "KILN_ROLE", &c.NodeName: "KILN_NODE_NAME", &c.Token: "KILN_CLUSTER_TOKEN",
-		&c.AdvertiseURL: "KILN_ADVERTISE_URL",
+		&c.AdvertiseURL: "KILN_ADVERTISE_URL", &c.SnapshotDir: "KILN_SNAPSHOT_DIR",
 	} {
 		if v := os.Getenv(key); v != "" {
 			*dst = v
@@ -107,6 +114,9 @@ func (c Cluster) Silence() time.Duration { return c.Heartbeat * time.Duration(c.
 func (c Cluster) Clustered() bool { return c.Role == RoleNode || c.Role == RoleFront }
 
 func (c Cluster) validate(store string) error {
+	if c.SnapshotDir != "" && (!filepath.IsAbs(c.SnapshotDir) || filepath.Clean(c.SnapshotDir) != c.SnapshotDir) {
+		return fmt.Errorf("snapshot dir %q (KILN_SNAPSHOT_DIR, --snapshot-dir) must be a clean absolute path", c.SnapshotDir)
+	}
 	switch c.Role {
 	case "", RoleAll:
 		return nil

@@ -39,6 +39,9 @@ func TestClusterValidate(t *testing.T) {
 		{"advertise URL with a path", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420/api" }), pg, "advertise URL"},
 		{"advertise URL not http", node(func(c *Cluster) { c.AdvertiseURL = "unix:///x" }), pg, "advertise URL"},
 		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
+		{"shared snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "/srv/kiln-shared" }), pg, ""},
+		{"relative snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "shared" }), pg, "clean absolute path"},
+		{"unclean snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "/srv/../etc/" }), pg, "clean absolute path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.c.validate(tc.store)
