@@ -237,7 +237,7 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 	if b.rec.State != StatePaused {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
-	if reboot {
+	if reboot && !b.moved { // a moved one has its memory image only: restored with it
 		if err := mark(b.dir, filesOnlyMarker, true); err != nil {
 			return Sandbox{}, fmt.Errorf("recording the reboot: %w", err)
 		}
@@ -455,7 +455,8 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 	files := filesOnly(dir)
 	ck, ok := rt.(oci.Checkpointer)
 	if files || (ok && ck.CanCheckpoint()) {
-		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil && !files {
+		// An image in the shared snapshot dir is checked at the resume.
+		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil && !files && rec.Image == "" {
 			return errors.New("its checkpoint image is gone")
 		}
 		if !mounted(filepath.Join(dir, layerDir, "rootfs")) {
