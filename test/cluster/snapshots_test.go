@@ -134,6 +134,15 @@ func TestSnapshotsAcrossNodes(t *testing.T) {
 	if _, err := fronts[1].Pause(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	// A second paused sandbox on the origin, to be killed once it is lost.
+	onOrigin := client.New(procs[origin].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+	doomed, err := onOrigin.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runsc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fronts[1].Pause(ctx, doomed.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := fronts[0].Pause(ctx, local.ID); err != nil {
 		t.Fatalf("pausing node-c's sandbox: %v", err)
 	}
@@ -170,6 +179,7 @@ func TestSnapshotsAcrossNodes(t *testing.T) {
 	})
 
 	t.Run("two fronts resume it at once: once, on the other node", func(t *testing.T) {
+		image := imageOf(t, w, id)
 		var (
 			wg   sync.WaitGroup
 			errs [2]error
@@ -205,12 +215,18 @@ func TestSnapshotsAcrossNodes(t *testing.T) {
 		}
 		check(t, fronts[0], id)
 		check(t, fronts[1], id)
-		if ents, _ := os.ReadDir(filepath.Join(shared, "paused")); len(ents) != 0 {
-			time.Sleep(time.Second) // removed in the background
-			if ents, _ = os.ReadDir(filepath.Join(shared, "paused")); len(ents) != 0 {
-				t.Errorf("the shared dir keeps %d paused images after the resume", len(ents))
-			}
+		waitGone(t, filepath.Join(shared, strings.SplitN(image, "@", 2)[0]))
+	})
+
+	t.Run("a kill of a lost node's paused sandbox ends it and its image", func(t *testing.T) {
+		image := imageOf(t, w, doomed.ID)
+		if err := fronts[0].KillSandbox(ctx, doomed.ID); err != nil {
+			t.Fatalf("kill: %v", err)
 		}
+		if rec := record(t, w, doomed.ID); rec.State != sandbox.StateStopped {
+			t.Errorf("after the kill: %s (%q), want stopped", rec.State, rec.Reason)
+		}
+		waitGone(t, filepath.Join(shared, strings.SplitN(image, "@", 2)[0]))
 	})
 
 	t.Run("a create from the lost node's snapshot lands on the other node", func(t *testing.T) {
@@ -264,6 +280,29 @@ func record(t *testing.T, w *world, id string) sandbox.Sandbox {
 		t.Fatal(err)
 	}
 	return rec
+}
+
+// imageOf is the shared image the catalog's record of id names.
+func imageOf(t *testing.T, w *world, id string) string {
+	t.Helper()
+	rec := record(t, w, id)
+	if rec.Image == "" {
+		t.Fatalf("sandbox %s (%s) has no shared image", id, rec.State)
+	}
+	return rec.Image
+}
+
+// waitGone waits until a shared image's dir, removed in the background,
+// is gone.
+func waitGone(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, err := os.Stat(dir); err == nil && time.Now().Before(deadline); _, err = os.Stat(dir) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("image %s is still there: %v", dir, err)
+	}
 }
 
 // readFile reads a file of sandbox id through f.
