@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -66,6 +67,9 @@ func (m *Manager) checkpointShared(b *box, tmp string) (string, error) {
 		return "", err
 	}
 	if err := rootfs.CopySparse(filepath.Join(tmp, imageDisk), rootfs.ImagePath(layer)); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrResourceExhausted)
+		}
 		return "", fmt.Errorf("copying layer image to the shared snapshot dir: %w", err)
 	}
 	if err := keepCaps(b.dir, tmp); err != nil {
