@@ -166,10 +166,13 @@ func (m *Manager) Disown(ctx context.Context, id ID) error {
 	}
 	var errs []error
 	if !b.moved {
-		// A paused runsc sandbox's container went with its pause; the id's
-		// container, if any, is the other node's on a host they share.
-		if rt := m.runtimes[b.rec.Runtime]; rt != nil && !b.containerGone {
-			errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.procs.get()))
+		// A paused runsc sandbox's container went with its pause (unless
+		// its delete failed); a container of that id whose bundle is not
+		// this dir is the other node's, on a host they share.
+		if rt := m.runtimes[b.rec.Runtime]; rt != nil {
+			if st, err := rt.State(ctx, id.String()); err == nil && filepath.Clean(st.Bundle) == filepath.Clean(b.dir) {
+				errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.procs.get()))
+			}
 		}
 		errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, id))
 		if err := errors.Join(errs...); err != nil {

@@ -12,12 +12,12 @@ import (
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
-// A runsc sandbox paused with a shared snapshot dir resumes on another
-// node (another Manager, state dir and name, one store and shared dir)
-// once its record names that node: with its files, and its processes as
-// they were. The first node drops its copy (Disown) without touching the
-// record; its own resume would have used its layer and the shared memory
-// image.
+// A runsc sandbox paused with a shared snapshot dir survives a restart of
+// its node (its image is not in its dir), and resumes on another node
+// (another Manager, state dir and name, one store and shared dir) once
+// its record names that node: with its files, and its processes as they
+// were. The first node drops its copy (Disown) without touching the
+// record.
 func TestPausedMovesThroughSharedDir(t *testing.T) {
 	shared := t.TempDir()
 	cfg1 := testConfig(t)
@@ -37,6 +37,12 @@ func TestPausedMovesThroughSharedDir(t *testing.T) {
 	dir1 := filepath.Join(cfg1.StateDir, e.SB.ID.String())
 	if _, err := os.Stat(filepath.Join(dir1, "checkpoint")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a checkpoint in the node's own dir too: %v", err)
+	}
+
+	m1.Close()
+	m1 = newManager(t, cfg1) // a restart: it adopts the paused sandbox, whose container it does not know
+	if sb, err := m1.Get(ctx, e.SB.ID); err != nil || sb.State != sandbox.StatePaused || sb.Image != p.Image {
+		t.Fatalf("after node-1's restart: %+v, %v; want paused with its shared image", sb, err)
 	}
 
 	// What a front's move does (cluster.Store.MoveSandbox), then node-2.
