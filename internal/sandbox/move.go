@@ -56,6 +56,24 @@ func (m *Manager) movedBox(rec Sandbox) *box {
 	return &box{rec: rec, dir: filepath.Join(m.cfg.StateDir, rec.ID.String()), containerGone: true, moved: true}
 }
 
+// stillOurs checks, before a paused sandbox with a shared image is
+// resumed here, that its record still names this node: a front may have
+// moved it to another while this node was lost (cut off, not dead), and
+// two nodes must never run it. Callers hold b.mu.
+func (m *Manager) stillOurs(ctx context.Context, b *box) error {
+	if b.rec.Image == "" {
+		return nil
+	}
+	rec, err := m.store.GetSandbox(ctx, b.rec.ID)
+	if err != nil {
+		return fmt.Errorf("reading the record of sandbox %s: %w", b.rec.ID, err)
+	}
+	if rec.Node != m.cfg.Node {
+		return fmt.Errorf("sandbox %s was moved to node %s: %w", b.rec.ID, rec.Node, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
 // checkpointShared is the shared dir's part of a runsc pause: with the
 // container frozen and checkpointed into tmp's checkpoint dir, it copies
 // the layer's disk image there with the capabilities and network state

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
@@ -16,8 +17,8 @@ import (
 // its node (its image is not in its dir), and resumes on another node
 // (another Manager, state dir and name, one store and shared dir) once
 // its record names that node: with its files, and its processes as they
-// were. The first node drops its copy (Disown) without touching the
-// record.
+// were. The first node, which still holds its paused copy, refuses to
+// resume it, and drops it (Disown) without touching the record.
 func TestPausedMovesThroughSharedDir(t *testing.T) {
 	shared := t.TempDir()
 	cfg1 := testConfig(t)
@@ -75,6 +76,11 @@ func TestPausedMovesThroughSharedDir(t *testing.T) {
 		t.Logf("shared images left right after the resume (removed in the background): %d", len(ents))
 	}
 
+	// node-1 still holds its paused copy (it was cut off, say): it must
+	// not resume it now that node-2 runs it.
+	if _, err := m1.Resume(ctx, e.SB.ID); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "moved to node node-2") {
+		t.Errorf("resume on node-1 after the move: %v, want not_found: moved", err)
+	}
 	if err := m1.Disown(ctx, e.SB.ID); err != nil {
 		t.Fatalf("Disown on node-1: %v", err)
 	}

@@ -242,6 +242,9 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 			return Sandbox{}, fmt.Errorf("recording the reboot: %w", err)
 		}
 	}
+	if err := m.stillOurs(ctx, b); err != nil {
+		return Sandbox{}, err
+	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
 	if b.moved {
