@@ -169,7 +169,8 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	// cache, and so does a clean reboot of the host (which flushes it;
 	// adopt then mounts the layer again). Only a power loss right after a
 	// pause loses it, and an fsync would add its time (about a second per
-	// GiB here) to every pause.
+	// GiB here) to every pause. A shared image is flushed (sealImage):
+	// another machine reads it, perhaps after this one lost power.
 	// The image is complete; if the delete fails the container is half
 	// gone, and Resume can still restore from the image once it is
 	// deleted.
@@ -237,13 +238,13 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 	if b.rec.State != StatePaused {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
+	if err := m.stillOurs(ctx, b); err != nil {
+		return Sandbox{}, err
+	}
 	if reboot && !b.moved { // a moved one has its memory image only: restored with it
 		if err := mark(b.dir, filesOnlyMarker, true); err != nil {
 			return Sandbox{}, fmt.Errorf("recording the reboot: %w", err)
 		}
-	}
-	if err := m.stillOurs(ctx, b); err != nil {
-		return Sandbox{}, err
 	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
