@@ -30,7 +30,7 @@ import (
 //
 //	paused/<sandbox id>.<nonce>/   a paused sandbox's image
 //	snapshots/<snapshot id>/       a named snapshot's image
-//	.tmp/<node>-<random>/          an image being written by <node>
+//	.tmp/<node>~<random>/          an image being written by <node>
 //
 // An image holds what capture makes (checkpoint/, disk.img, caps.json,
 // network.json) and manifest.json: every file's path, size and digest.
@@ -49,6 +49,9 @@ const (
 	sharedSnapshots = "snapshots"
 	sharedTmp       = ".tmp"
 	manifestName    = "manifest.json"
+	// tmpSep ends a node's name in its temp dirs' names: no node name
+	// has one, so node "a" never takes node "a-b"'s for its own.
+	tmpSep = "~"
 
 	// maxManifestBytes and maxImageFiles bound what a manifest may list.
 	maxManifestBytes = 1 << 20
@@ -78,7 +81,7 @@ func newSharedTemp(shared, node string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("creating the shared snapshot dir's temp dir: %w", err)
 	}
-	tmp, err := os.MkdirTemp(dir, node+"-")
+	tmp, err := os.MkdirTemp(dir, node+tmpSep)
 	if err != nil {
 		return "", fmt.Errorf("creating a temp dir in the shared snapshot dir: %w", err)
 	}
@@ -96,7 +99,7 @@ func gcSharedTemp(shared, node string) error {
 		return err
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), node+"-") {
+		if strings.HasPrefix(e.Name(), node+tmpSep) {
 			if err := os.RemoveAll(filepath.Join(shared, sharedTmp, e.Name())); err != nil {
 				return err
 			}
