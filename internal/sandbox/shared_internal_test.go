@@ -153,6 +153,29 @@ func TestSharedImageIntegrity(t *testing.T) {
 	})
 }
 
+// A node's start removes its own unfinished images in the shared dir,
+// not those of a node whose name extends its own.
+func TestGCSharedTemp(t *testing.T) {
+	shared := t.TempDir()
+	mine, err := newSharedTemp(shared, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := newSharedTemp(shared, "a-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gcSharedTemp(shared, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mine); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("node a's temp dir survived its clean-up: %v", err)
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("node a-b's temp dir went with node a's clean-up: %v", err)
+	}
+}
+
 // fileDigest is the same for a sparse file and a copy of it with its
 // zeros written out, and differs when a byte does.
 func TestFileDigestSparse(t *testing.T) {
