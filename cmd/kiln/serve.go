@@ -83,6 +83,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.IntVar(&cl.Slots, "node-slots", cl.Slots, "sandboxes this node takes (KILN_NODE_SLOTS)")
 	fs.StringVar(&cl.Registry, "cluster-registry", cl.Registry,
 		`OCI registry and repository prefix where nodes keep custom template builds for each other, e.g. "registry.internal/kiln" (KILN_CLUSTER_REGISTRY)`)
+	fs.StringVar(&cl.SnapshotDir, "snapshot-dir", cl.SnapshotDir,
+		"directory shared by every node (e.g. NFS) for paused sandboxes' and snapshots' images, so any node restores them (KILN_SNAPSHOT_DIR)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}

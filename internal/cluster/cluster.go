@@ -77,7 +77,9 @@ type Store interface {
 	Nodes(ctx context.Context) ([]Node, error)
 	// MarkLost marks lost every live node whose last heartbeat is older
 	// than silence, with the sandboxes it held that had not ended: they
-	// become failed with a reason naming the node. It returns the nodes
+	// become failed with a reason naming the node, except paused ones
+	// whose image is in the shared snapshot dir (another node can resume
+	// them: MoveSandbox). It returns the nodes
 	// it marked. Concurrent callers (every front and node sweeps) never
 	// mark one node twice.
 	MarkLost(ctx context.Context, silence time.Duration) ([]Node, error)
@@ -96,6 +98,12 @@ type Store interface {
 	// reservation of its owner on its node, in the same transaction, so
 	// it is counted once, never twice nor not at all.
 	Release(ctx context.Context, id string) error
+	// MoveSandbox moves the record of sandbox id, paused with its image in
+	// the shared snapshot dir, from node from, which must not be live, to
+	// node to: a compare-and-swap on the record's node, so of concurrent
+	// moves one succeeds. The others, and a record that is no longer so
+	// (resumed, killed, moved), are errdefs.ErrFailedPrecondition.
+	MoveSandbox(ctx context.Context, id, from, to string) error
 }
 
 // Reservation is what Store.Reserve is asked for one create.

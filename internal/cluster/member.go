@@ -77,10 +77,18 @@ func (m Member) describe() Node {
 
 // endFailed ends, with the catalog's reason, every sandbox the node runs
 // whose record ended: the catalog failed them while the node was lost,
-// and clients were told they are gone.
+// and clients were told they are gone. A paused sandbox whose record
+// names another node now (a front moved it there from the shared
+// snapshot dir) is dropped here, its record left to that node.
 func (m Member) endFailed(ctx context.Context) {
 	for _, sb := range m.Sandboxes.Live() {
 		rec, err := m.Records.GetSandbox(ctx, sb.ID)
+		if err == nil && rec.Node != m.Self.Name && !rec.State.Terminal() {
+			if err := m.Sandboxes.Disown(ctx, sb.ID); err != nil {
+				m.Log.Warn("dropping a sandbox moved to another node", "sandbox_id", sb.ID, "node", rec.Node, "err", err)
+			}
+			continue
+		}
 		if err != nil || !rec.State.Terminal() {
 			continue
 		}

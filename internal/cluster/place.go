@@ -21,6 +21,9 @@ type Want struct {
 	// Build, if set, is the custom template build it starts from: nodes
 	// that hold it (Node.Builds) come first, the others pull it.
 	Build string
+	// Prefer, if set, is the node to try first when it fits (the node
+	// a snapshot in shared storage was taken on); the others follow.
+	Prefer string
 }
 
 // Place orders the live nodes that can take a create, best first: K of
@@ -50,18 +53,26 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	case len(fit) == 0:
 		return nil, fmt.Errorf("no live node has a free slot for runtime %q: %w", orDefault(want.Runtime), errdefs.ErrResourceExhausted)
 	}
+	out := fit
 	if want.Build == "" {
-		return byLoad(fit, k), nil
-	}
-	var has, not []Node
-	for _, n := range fit {
-		if slices.Contains(n.Builds, want.Build) {
-			has = append(has, n)
-		} else {
-			not = append(not, n)
+		out = byLoad(fit, k)
+	} else { // nodes that hold the build first
+		var has, not []Node
+		for _, n := range fit {
+			if slices.Contains(n.Builds, want.Build) {
+				has = append(has, n)
+			} else {
+				not = append(not, n)
+			}
 		}
+		out = append(byLoad(has, k), byLoad(not, k)...)
 	}
-	return append(byLoad(has, k), byLoad(not, k)...), nil
+	if i := slices.IndexFunc(out, func(n Node) bool { return n.Name == want.Prefer }); i > 0 {
+		p := out[i]
+		copy(out[1:i+1], out[:i])
+		out[0] = p
+	}
+	return out, nil
 }
 
 // byLoad orders nodes as Place does: K sampled at random and sorted by

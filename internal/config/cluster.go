@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -68,6 +69,12 @@ type Cluster struct {
 	// environment only): none is anonymous, a password alone a bearer
 	// token.
 	RegistryUser, RegistryPassword string
+	// SnapshotDir is a directory every node mounts at the same path (NFS,
+	// or a shared directory on one machine) where nodes keep the images
+	// of paused sandboxes and named snapshots, so that any node can
+	// restore them (KILN_SNAPSHOT_DIR, --snapshot-dir; docs/snapshots.md).
+	// "" keeps them in the node's data dir, restorable there only.
+	SnapshotDir string
 }
 
 // TokenMinLength is the shortest cluster token accepted.
@@ -80,7 +87,7 @@ func defaultCluster() Cluster {
 func clusterFromEnv(c Cluster) Cluster {
 	for dst, key := range map[*string]string{
 		&c.Role: "KILN_ROLE", &c.NodeName: "KILN_NODE_NAME", &c.Token: "KILN_CLUSTER_TOKEN",
-		&c.AdvertiseURL: "KILN_ADVERTISE_URL", &c.Registry: "KILN_CLUSTER_REGISTRY",
+		&c.AdvertiseURL: "KILN_ADVERTISE_URL", &c.Registry: "KILN_CLUSTER_REGISTRY", &c.SnapshotDir: "KILN_SNAPSHOT_DIR",
 		&c.RegistryUser: "KILN_CLUSTER_REGISTRY_USER", &c.RegistryPassword: "KILN_CLUSTER_REGISTRY_PASSWORD",
 	} {
 		if v := os.Getenv(key); v != "" {
@@ -132,6 +139,9 @@ func (c Cluster) Silence() time.Duration { return c.Heartbeat * time.Duration(c.
 func (c Cluster) Clustered() bool { return c.Role == RoleNode || c.Role == RoleFront }
 
 func (c Cluster) validate(store string) error {
+	if c.SnapshotDir != "" && (!filepath.IsAbs(c.SnapshotDir) || filepath.Clean(c.SnapshotDir) != c.SnapshotDir) {
+		return fmt.Errorf("snapshot dir %q (KILN_SNAPSHOT_DIR, --snapshot-dir) must be a clean absolute path", c.SnapshotDir)
+	}
 	switch c.Role {
 	case "", RoleAll:
 		return nil

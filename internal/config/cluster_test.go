@@ -48,6 +48,9 @@ func TestClusterValidate(t *testing.T) {
 		{"registry URL", node(func(c *Cluster) { c.Registry = "https://reg.io/kiln" }), pg, "cluster registry"},
 		{"registry too long", node(func(c *Cluster) { c.Registry = "reg.io/" + strings.Repeat("k", 200) }), pg, "cluster registry"},
 		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
+		{"shared snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "/srv/kiln-shared" }), pg, ""},
+		{"relative snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "shared" }), pg, "clean absolute path"},
+		{"unclean snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "/srv/../etc/" }), pg, "clean absolute path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.c.validate(tc.store)

@@ -46,6 +46,15 @@ func (m *Manager) adopt(ctx context.Context) error {
 		if err != nil || !e.IsDir() || live[id] {
 			continue
 		}
+		if rec, err := m.store.GetSandbox(ctx, id); err == nil && rec.Node != m.cfg.Node && !rec.State.Terminal() {
+			// Moved to another node from the shared snapshot dir while
+			// this one was lost: only its files here are this node's (its
+			// container went with its pause; the id's container, if any,
+			// is the other node's on a host they share).
+			m.log.Info("removing the files of a sandbox moved to another node", "sandbox_id", id, "node", rec.Node)
+			m.removeFiles(ctx, id)
+			continue
+		}
 		m.log.Warn("removing orphaned sandbox dir", "sandbox_id", id)
 		m.cleanup(ctx, id, nil)
 	}
@@ -58,6 +67,15 @@ func (m *Manager) adoptOne(ctx context.Context, rec Sandbox) bool {
 	log := m.log.With("sandbox_id", rec.ID)
 	dir := filepath.Join(m.cfg.StateDir, rec.ID.String())
 	rt := m.runtimes[rec.Runtime]
+	if _, err := os.Stat(dir); rec.State == StatePaused && rec.Image != "" && errors.Is(err, os.ErrNotExist) {
+		// Its files are in the shared snapshot dir alone (it was moved
+		// here, or this host lost them): its resume restores it from there.
+		m.mu.Lock()
+		m.boxes[rec.ID] = m.movedBox(rec)
+		m.mu.Unlock()
+		log.Info("sandbox re-adopted from the shared snapshot dir", "state", rec.State)
+		return true
+	}
 	var err error
 	// A paused runsc sandbox's network can be made again (a reboot took
 	// it): its restore brings the netstack, as a fork's does.
@@ -143,8 +161,14 @@ func (m *Manager) cleanup(ctx context.Context, id ID, rt oci.Runtime) {
 	if err := m.detachNetwork(cctx, id); err != nil {
 		m.log.Error("removing network of dead sandbox", "sandbox_id", id, "err", err)
 	}
+	m.removeFiles(cctx, id)
+}
+
+// removeFiles unmounts a dead or orphaned sandbox's layer and removes its
+// dir.
+func (m *Manager) removeFiles(ctx context.Context, id ID) {
 	dir := filepath.Join(m.cfg.StateDir, id.String())
-	if err := rootfs.Unmount(cctx, filepath.Join(dir, layerDir)); err != nil {
+	if err := rootfs.Unmount(ctx, filepath.Join(dir, layerDir)); err != nil {
 		m.log.Error("unmounting layer of dead sandbox", "sandbox_id", id, "err", err)
 		return
 	}

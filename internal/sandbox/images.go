@@ -107,6 +107,11 @@ func NewImages(ctx context.Context, m *Manager) (*Images, error) {
 			return nil, err
 		}
 		im.gcForks()
+		if shared := m.cfg.Cluster.SnapshotDir; shared != "" {
+			if err := gcSharedTemp(shared, m.cfg.Node); err != nil {
+				im.log.Warn("removing this node's unfinished images in the shared snapshot dir", "err", err)
+			}
+		}
 	}
 	m.setImages(im)
 	return im, nil

@@ -124,6 +124,9 @@ type box struct {
 	procs *procs // the runtime's host processes, if this process started them
 	// containerGone: a pause deleted the container (so a resume need not).
 	containerGone bool
+	// moved: a paused sandbox whose files are in the shared snapshot dir
+	// only (move.go): nothing of it is on this host yet.
+	moved bool
 	// volumeDirs are the host directories of rec.Volumes, once bound.
 	volumeDirs []string
 	// ending is set when a destroy begins, before it closes the agent's
@@ -627,7 +630,7 @@ func (m *Manager) Fail(ctx context.Context, id ID, reason string) error {
 // destroy moves a sandbox through stopping to final, removing everything
 // it has on the host.
 func (m *Manager) destroy(ctx context.Context, id ID, final State, reason string) error {
-	b, err := m.box(id)
+	b, err := m.claim(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -652,12 +655,15 @@ func (m *Manager) destroyLocked(ctx context.Context, b *box, final State, reason
 		b.conn.Close()
 		b.conn = nil
 	}
+	m.dropImage(b)
 	rt := m.runtimes[b.rec.Runtime]
 	var errs []error
-	if rt != nil {
+	if rt != nil && !b.moved {
 		errs = append(errs, deleteContainer(ctx, rt, id, b.dir, b.procs.get()))
 	}
-	errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, id))
+	if !b.moved { // nothing of a moved one is on this host
+		errs = append(errs, rootfs.Unmount(ctx, filepath.Join(b.dir, layerDir)), m.detachNetwork(ctx, id))
+	}
 	if err := errors.Join(errs...); err != nil {
 		_ = m.transition(ctx, b, StateFailed, "destroying: "+err.Error())
 		return fmt.Errorf("destroying sandbox %s: %w", id, err)

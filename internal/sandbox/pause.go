@@ -107,11 +107,24 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, keepMemory bool) (_ S
 // --leave-running, so that nothing changes the layer between the image
 // and the container's end, and a failed checkpoint leaves it running.
 // Callers hold b.mu.
+//
+// With a shared snapshot dir the image goes there instead, with a copy
+// of the layer's disk image (checkpointShared), and b's record names it:
+// another node can then resume the sandbox if this one is lost.
 func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci.Checkpointer) error {
 	id := b.rec.ID.String()
 	img := filepath.Join(b.dir, checkpointDir)
 	if err := clearDir(img); err != nil {
 		return fmt.Errorf("clearing checkpoint dir: %w", err)
+	}
+	tmp := ""
+	if m.shared() != "" {
+		var err error
+		if tmp, err = newSharedTemp(m.shared(), m.cfg.Node); err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp) // gone once sealed (renamed)
+		img = filepath.Join(tmp, imageCheckpoint)
 	}
 	p, ok := rt.(oci.Pauser)
 	if !ok {
@@ -145,11 +158,19 @@ func (m *Manager) checkpoint(ctx context.Context, b *box, rt oci.Runtime, ck oci
 	if err := ck.Checkpoint(ctx, id, img, true); err != nil {
 		return undo(fmt.Errorf("checkpointing sandbox: %w", err))
 	}
+	if tmp != "" {
+		ref, err := m.checkpointShared(b, tmp)
+		if err != nil {
+			return undo(err)
+		}
+		b.rec.Image = ref // recorded with the pause
+	}
 	// The image is not fsynced: a restart of kiln serve keeps the page
 	// cache, and so does a clean reboot of the host (which flushes it;
 	// adopt then mounts the layer again). Only a power loss right after a
 	// pause loses it, and an fsync would add its time (about a second per
-	// GiB here) to every pause.
+	// GiB here) to every pause. A shared image is flushed (sealImage):
+	// another machine reads it, perhaps after this one lost power.
 	// The image is complete; if the delete fails the container is half
 	// gone, and Resume can still restore from the image once it is
 	// deleted.
@@ -185,7 +206,7 @@ func (m *Manager) Resume(ctx context.Context, id ID) (Sandbox, error) {
 }
 
 func (m *Manager) resume(ctx context.Context, id ID, reboot bool) (Sandbox, error) {
-	b, err := m.box(id)
+	b, err := m.claim(ctx, id)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -198,7 +219,7 @@ func (m *Manager) resume(ctx context.Context, id ID, reboot bool) (Sandbox, erro
 // does; other sandboxes are returned as they are. Concurrent callers wait
 // for one resume.
 func (m *Manager) Wake(ctx context.Context, id ID) (Sandbox, error) {
-	b, err := m.box(id)
+	b, err := m.claim(ctx, id)
 	if err != nil {
 		return m.store.GetSandbox(ctx, id)
 	}
@@ -217,14 +238,28 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 	if b.rec.State != StatePaused {
 		return Sandbox{}, fmt.Errorf("sandbox %s is %s: %w", id, b.rec.State, errdefs.ErrFailedPrecondition)
 	}
-	if reboot {
+	if err := m.stillOurs(ctx, b); err != nil {
+		return Sandbox{}, err
+	}
+	if reboot && !b.moved { // a moved one has its memory image only: restored with it
 		if err := mark(b.dir, filesOnlyMarker, true); err != nil {
 			return Sandbox{}, fmt.Errorf("recording the reboot: %w", err)
 		}
 	}
 	rt := m.runtimes[b.rec.Runtime]
 	t0 := time.Now()
-	if filesOnly(b.dir) {
+	if b.moved {
+		if err := m.restoreMoved(ctx, b); err != nil {
+			if m.shared() == "" { // a node without the dir: it stays paused
+				return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
+			}
+			reason := "resuming: " + err.Error()
+			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
+				m.log.Error("cleaning up sandbox that failed to resume", "sandbox_id", id, "err", derr)
+			}
+			return Sandbox{}, fmt.Errorf("resuming sandbox %s: %w", id, err)
+		}
+	} else if filesOnly(b.dir) {
 		if err := m.reboot(ctx, b); err != nil {
 			reason := "resuming: " + err.Error()
 			if derr := m.destroyLocked(context.WithoutCancel(ctx), b, StateFailed, reason); derr != nil {
@@ -263,6 +298,7 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 	}
 	now := time.Now().UTC()
 	b.rec.ExpiresAt, b.rec.PausedAt = now.Add(timeout), time.Time{}
+	m.dropImage(b) // running: its image is stale
 	if err := m.transition(ctx, b, StateRunning, ""); err != nil {
 		return Sandbox{}, err
 	}
@@ -275,6 +311,15 @@ func (m *Manager) resumeLocked(ctx context.Context, b *box, reboot bool) (Sandbo
 func (m *Manager) restore(ctx context.Context, b *box) error {
 	id := b.rec.ID.String()
 	img := filepath.Join(b.dir, checkpointDir)
+	if b.rec.Image != "" {
+		// Written by this node (its layer is here): sizes and manifest
+		// are checked, not every byte.
+		dir, err := openImage(m.shared(), b.rec.Image, imageBound(b.rec.Limits), false)
+		if err != nil {
+			return err
+		}
+		img = filepath.Join(dir, imageCheckpoint)
+	}
 	if _, err := os.Stat(filepath.Join(img, checkpointImage)); err != nil {
 		return fmt.Errorf("its checkpoint image is missing: %w", errdefs.ErrFailedPrecondition)
 	}
@@ -297,7 +342,9 @@ func (m *Manager) restore(ctx context.Context, b *box) error {
 	if err := m.startInPlace(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img}, bundle); err != nil {
 		return err
 	}
-	removeLater(m.log, img) // stale from now on
+	if b.rec.Image == "" {
+		removeLater(m.log, img) // stale from now on (a shared one: dropImage)
+	}
 	return nil
 }
 
@@ -412,7 +459,8 @@ func (m *Manager) adoptPaused(ctx context.Context, rec Sandbox, rt oci.Runtime, 
 	files := filesOnly(dir)
 	ck, ok := rt.(oci.Checkpointer)
 	if files || (ok && ck.CanCheckpoint()) {
-		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil && !files {
+		// An image in the shared snapshot dir is checked at the resume.
+		if _, err := os.Stat(filepath.Join(dir, checkpointDir, checkpointImage)); err != nil && !files && rec.Image == "" {
 			return errors.New("its checkpoint image is gone")
 		}
 		if !mounted(filepath.Join(dir, layerDir, "rootfs")) {

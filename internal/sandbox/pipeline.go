@@ -35,6 +35,7 @@ const (
 	pathRestore = "restore" // a fork's or a snapshot's image restored as a new sandbox
 	pathResume  = "resume"  // a paused sandbox restored in place
 	pathReboot  = "reboot"  // a paused sandbox booted afresh on its layer
+	pathMove    = "move"    // a paused sandbox restored from the shared snapshot dir on another node
 	pathPool    = "pool"    // an unlisted sandbox (pool, warm build): its dir; then boot or warm
 )
 

@@ -63,6 +63,11 @@ type Sandbox struct {
 	EndedAt time.Time `json:"ended_at,omitzero"`
 	// Volumes are the persistent volumes mounted into it at create.
 	Volumes []VolumeMount `json:"volumes,omitempty"`
+	// Image is a paused sandbox's image in the shared snapshot dir
+	// (KILN_SNAPSHOT_DIR), "<path>@sha256:<digest of its manifest>"
+	// (shared.go); "" when it has none. Any node with that dir can resume
+	// it, and its node's loss does not fail it.
+	Image string `json:"image,omitempty"`
 }
 
 // Ended returns s as the record of an ended sandbox: state and reason
@@ -76,7 +81,7 @@ func (s Sandbox) Ended(state State, reason string, at time.Time) Sandbox {
 	if s.EndedAt.IsZero() {
 		s.EndedAt = at.UTC()
 	}
-	s.Env, s.Metadata = nil, nil
+	s.Env, s.Metadata, s.Image = nil, nil, ""
 	return s
 }
 

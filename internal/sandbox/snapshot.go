@@ -35,6 +35,9 @@ type Snapshot struct {
 	SizeBytes int64             `json:"size_bytes"` // disk used by its files
 	Node      string            `json:"node,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Image is its image in the shared snapshot dir, as Sandbox.Image
+	// ("" for one in its node's data dir): any node can restore it.
+	Image string `json:"image,omitempty"`
 }
 
 var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -93,7 +96,13 @@ func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 	t0 := time.Now()
 	snapID := NewID().String()
 	dir := filepath.Join(im.snapshotDir(), snapID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	shared := im.cfg.Cluster.SnapshotDir
+	if shared != "" {
+		// Written in a temp dir of this node's, moved into place sealed.
+		if dir, err = newSharedTemp(shared, im.cfg.Node); err != nil {
+			return Snapshot{}, err
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return Snapshot{}, fmt.Errorf("creating snapshot dir: %w", err)
 	}
 	defer func() {
@@ -125,6 +134,12 @@ func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 		Limits: src.Limits, User: src.User, Workdir: src.Workdir, Env: src.Env, Metadata: src.Metadata,
 		SizeBytes: size, Node: im.cfg.Node, CreatedAt: time.Now().UTC(),
 	}
+	if shared != "" {
+		if snap.Image, err = sealImage(dir, shared, sharedSnapshots+"/"+snapID); err != nil {
+			return Snapshot{}, fmt.Errorf("storing snapshot in the shared snapshot dir: %w", err)
+		}
+		dir = imageDir(shared, snap.Image) // removed if the record cannot be written
+	}
 	// Checked again with the real size; the lock makes check-and-record
 	// one step, so concurrent snapshots cannot both squeeze in.
 	im.snapMu.Lock()
@@ -138,6 +153,15 @@ func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 	im.log.Info("snapshot taken", "sandbox_id", id, "snapshot", name, "snapshot_id", snapID,
 		"bytes", size, "image", t1.Sub(t0), "total", time.Since(t0))
 	return snap, nil
+}
+
+// snapshotFiles is the dir of snap's files: in the shared snapshot dir,
+// or this node's.
+func (im *Images) snapshotFiles(snap Snapshot) string {
+	if snap.Image != "" {
+		return imageDir(im.cfg.Cluster.SnapshotDir, snap.Image)
+	}
+	return filepath.Join(im.snapshotDir(), snap.ID)
 }
 
 // checkRetention refuses a new snapshot named name of size bytes (0:
@@ -195,7 +219,9 @@ func (im *Images) DeleteSnapshot(ctx context.Context, owner, name string) error 
 	}
 	// The record is gone: if kiln serve stops before the files are, the
 	// next start's GC removes them.
-	removeLater(im.log, filepath.Join(im.snapshotDir(), snap.ID))
+	if dir := im.snapshotFiles(snap); dir != "" {
+		removeLater(im.log, dir)
+	}
 	im.log.Info("snapshot deleted", "snapshot", name, "snapshot_id", snap.ID, "bytes", snap.SizeBytes)
 	return nil
 }
@@ -279,6 +305,14 @@ func (im *Images) fromSnapshot(ctx context.Context, opts CreateOptions) (Sandbox
 	im.snapMu.RLock()
 	defer im.snapMu.RUnlock()
 	dir := filepath.Join(im.snapshotDir(), snap.ID)
+	if snap.Image != "" {
+		t0 := time.Now()
+		if dir, err = openImage(im.cfg.Cluster.SnapshotDir, snap.Image, imageBound(snap.Limits), snap.Node != im.cfg.Node); err != nil {
+			im.log.Error("snapshot in the shared snapshot dir cannot be used", "snapshot_id", snap.ID, "err", err)
+			return Sandbox{}, fmt.Errorf("snapshot %q: %w", name, err)
+		}
+		im.log.Info("snapshot image checked", "snapshot_id", snap.ID, "took", time.Since(t0))
+	}
 	for f, what := range map[string]string{filepath.Join(imageCheckpoint, checkpointImage): "memory image", imageDisk: "disk image"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			im.log.Error("snapshot is damaged", "snapshot_id", snap.ID, "missing", f, "err", err)
@@ -342,7 +376,7 @@ func (im *Images) gcSnapshots(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	for _, s := range snaps {
-		if s.Node != im.cfg.Node {
+		if s.Node != im.cfg.Node || s.Image != "" { // a shared one's files are not here
 			continue
 		}
 		known[s.ID] = true

@@ -127,7 +127,7 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	}
 	// A sandbox routed before, on a live node: no catalog read.
 	if rt, ok := s.front.routes.get(id); ok && rt.owner == caller(r).ID {
-		if n, err := s.front.dir.Node(r.Context(), rt.node); err == nil && n.State == cluster.NodeLive {
+		if n, err := s.front.dir.Node(r.Context(), rt.node); err == nil && n.State == cluster.NodeLive && n.StartedAt.Equal(rt.started) {
 			s.front.proxy.Forward(w, r, n, s.writeError)
 			return nil
 		}
@@ -143,31 +143,30 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 		}
 		return sb.Running()
 	}
-	n, err := s.front.dir.Node(r.Context(), sb.Node)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return fmt.Errorf("sandbox %s: its node %s is not in the catalog: %w", sb.ID, sb.Node, errdefs.ErrUnavailable)
-	}
+	n, err := s.liveNodeOf(r.Context(), sb) // front_move.go
 	if err != nil {
 		return err
 	}
-	if n.State != cluster.NodeLive {
-		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
-	}
-	s.front.routes.put(sb.ID, route{owner: sb.Owner, node: sb.Node})
+	s.front.routes.put(sb.ID, route{owner: sb.Owner, node: n.Name, started: n.StartedAt})
 	s.front.proxy.Forward(w, r, n, s.writeError)
 	return nil
 }
 
 // routes remembers the owner and node of the sandboxes a front routed.
-// Neither ever changes, so a busy sandbox costs the catalog one read, not
-// one per request; what does change (the sandbox ended, its node was
-// lost) is the node's to answer, or sends the front back to the catalog.
+// The owner never changes, and the node only when a paused sandbox is
+// moved off a lost node (front_move.go): so a busy sandbox costs the
+// catalog one read, not one per request; what does change (the sandbox
+// ended, its node was lost or restarted, which a move needs first) is the
+// node's to answer, or sends the front back to the catalog.
 type routes struct {
 	mu sync.Mutex
 	m  map[sandbox.ID]route
 }
 
-type route struct{ owner, node string }
+type route struct {
+	owner, node string
+	started     time.Time // the node's start: a restarted node may have lost a moved sandbox
+}
 
 // maxRoutes bounds the routes remembered; on overflow they start afresh.
 const maxRoutes = 100_000
@@ -302,7 +301,10 @@ func (s *Server) frontWant(ctx context.Context, owner, runtime, tmpl, snapshot s
 		return nil
 	}
 	if snapshot != "" {
-		if snap, err := s.front.store.GetSnapshot(ctx, owner, snapshot); err == nil {
+		// One in the shared snapshot dir goes to any node, its own first.
+		if snap, err := s.front.store.GetSnapshot(ctx, owner, snapshot); err == nil && snap.Image != "" {
+			want.Prefer = snap.Node
+		} else if err == nil {
 			want.Node = snap.Node
 		}
 	}

@@ -164,12 +164,9 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 	case sb.Owner != k.Key.ID || sb.State.Terminal():
 		return notFound
 	}
-	n, err := s.front.dir.Node(r.Context(), sb.Node)
+	n, err := s.liveNodeOf(r.Context(), sb) // front_move.go
 	if err != nil {
-		return fmt.Errorf("sandbox %s: its node %s is not in the catalog: %w", sb.ID, sb.Node, errdefs.ErrUnavailable)
-	}
-	if n.State != cluster.NodeLive {
-		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
+		return err
 	}
 	s.front.proxy.Forward(w, r, n, s.e2bProblem)
 	return nil

@@ -90,8 +90,11 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 		}
 		// As PutSandbox stores an ended record: a tombstone without env
 		// and metadata.
+		// A paused sandbox with its image in the shared snapshot dir is
+		// left paused: another node can resume it (MoveSandbox).
 		if _, err := tx.Exec(ctx, `UPDATE sandboxes SET state = 'failed', reason = $2, ended_at = now(),
-			env = '{}'::jsonb, metadata = '{}'::jsonb WHERE node = $1 AND state = ANY($3::text[])`,
+			env = '{}'::jsonb, metadata = '{}'::jsonb, image = '' WHERE node = $1 AND state = ANY($3::text[])
+			AND NOT (state = 'paused' AND image <> '')`,
 			n.Name, n.Reason, cluster.Active); err != nil {
 			return nil, fmt.Errorf("marking node %s sandboxes lost: %w", n.Name, err)
 		}
@@ -177,6 +180,23 @@ func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Dur
 func (s *Store) Release(ctx context.Context, id string) error {
 	if _, err := s.pool.Exec(ctx, `DELETE FROM node_reservations WHERE id = $1`, id); err != nil {
 		return fmt.Errorf("releasing reservation %s: %w", id, err)
+	}
+	return nil
+}
+
+// MoveSandbox moves a paused sandbox with a shared image from node from,
+// which is not live, to node to, in one statement (a compare-and-swap).
+// The node row is read in the same statement; a heartbeat that makes it
+// live again concurrently is ordered with it by the row lock.
+func (s *Store) MoveSandbox(ctx context.Context, id, from, to string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET node = $3 WHERE id = $1 AND node = $2 AND state = 'paused'
+		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = $2 AND state = 'live' FOR SHARE)`, id, from, to)
+	if err != nil {
+		return fmt.Errorf("moving sandbox %s to node %s: %w", id, to, err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("moving sandbox %s from node %s: it is not paused there with a shared image, or the node is live: %w",
+			id, from, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }

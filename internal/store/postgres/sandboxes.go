@@ -14,7 +14,7 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes, image`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
 // microsecond, in UTC. An ended record is stored without env and metadata
@@ -43,7 +43,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// its node (a cluster front's placement, internal/cluster), in the
 	// same statement: counted once, never twice nor not at all.
 	_, err = s.pool.Exec(ctx, `WITH put AS (INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21::jsonb)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9::jsonb, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21::jsonb, $23)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
@@ -51,7 +51,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
 			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build,
-			volumes = excluded.volumes
+			volumes = excluded.volumes, image = excluded.image
 		RETURNING xmax = 0 AS inserted)
 		DELETE FROM node_reservations WHERE id = (
 			SELECT r.id FROM node_reservations r, put WHERE put.inserted AND $22 AND r.node = $12 AND r.owner = $11
@@ -59,7 +59,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, string(limits), sb.User, sb.Workdir,
 		string(env), string(meta), sb.Owner, sb.Node, sb.CreatedAt, nullTime(sb.ExpiresAt),
 		sb.AutoPause, sb.Timeout.Milliseconds(), nullTime(sb.PausedAt), sb.AutoResume, nullTime(sb.EndedAt), sb.Build, vols,
-		!sb.State.Terminal())
+		!sb.State.Terminal(), sb.Image)
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -193,7 +193,7 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		vols              []byte
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &sb.CreatedAt, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols, &sb.Image); err != nil {
 		return sb, err
 	}
 	if ended != nil {

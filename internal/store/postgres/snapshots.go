@@ -10,7 +10,7 @@ import (
 )
 
 const snapshotColumns = `id, name, owner, source, template, runtime, limits, user_name, workdir,
-	env, metadata, size_bytes, node, created_at, build`
+	env, metadata, size_bytes, node, created_at, build, image`
 
 // PutSnapshot inserts a snapshot record; errdefs.ErrAlreadyExists if its
 // id, or its name for its owner, is taken.
@@ -28,9 +28,9 @@ func (s *Store) PutSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 		return fmt.Errorf("encoding snapshot %s metadata: %w", sn.ID, err)
 	}
 	_, err = s.pool.Exec(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15, $16)`,
 		sn.ID, sn.Name, sn.Owner, string(sn.Source), sn.Template, sn.Runtime, string(limits), sn.User, sn.Workdir,
-		string(env), string(meta), sn.SizeBytes, sn.Node, sn.CreatedAt, sn.Build)
+		string(env), string(meta), sn.SizeBytes, sn.Node, sn.CreatedAt, sn.Build, sn.Image)
 	if isUniqueViolation(err) {
 		return fmt.Errorf("snapshot %q: %w", sn.Name, errdefs.ErrAlreadyExists)
 	}
@@ -77,7 +77,7 @@ func scanSnapshot(row scanner) (sandbox.Snapshot, error) {
 		limits, env, meta []byte
 	)
 	if err := row.Scan(&sn.ID, &sn.Name, &sn.Owner, &source, &sn.Template, &sn.Runtime, &limits, &sn.User, &sn.Workdir,
-		&env, &meta, &sn.SizeBytes, &sn.Node, &sn.CreatedAt, &sn.Build); err != nil {
+		&env, &meta, &sn.SizeBytes, &sn.Node, &sn.CreatedAt, &sn.Build, &sn.Image); err != nil {
 		return sn, err
 	}
 	sn.Source, sn.CreatedAt = sandbox.ID(source), sn.CreatedAt.UTC()

@@ -72,8 +72,13 @@ func scanNode(row scanner) (cluster.Node, error) {
 	return n, n.DecodeLists([]byte(runtimes), []byte(templates), []byte(builds))
 }
 
-// MarkLost marks silent nodes lost, with their sandboxes, in one write
-// transaction (BEGIN IMMEDIATE: sweepers take turns).
+// movable leaves out of a lost node's sandboxes those that another node
+// can resume: paused, with their image in the shared snapshot dir.
+const movable = `NOT (state = 'paused' AND image <> '')`
+
+// MarkLost marks silent nodes lost, with their sandboxes (but those
+// another node can resume), in one write transaction (BEGIN IMMEDIATE:
+// sweepers take turns).
 func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.Node, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -112,11 +117,12 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 		// As PutSandbox stores an ended record: a tombstone without env
 		// and metadata.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_metadata WHERE sandbox_id IN (
-			SELECT id FROM sandboxes WHERE node = ? AND state IN `+active+`)`, n.Name); err != nil {
+			SELECT id FROM sandboxes WHERE node = ? AND state IN `+active+` AND `+movable+`)`, n.Name); err != nil {
 			return nil, fmt.Errorf("marking node %s sandboxes lost: %w", n.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET state = 'failed', reason = ?, ended_at = ?,
-			env = '{}', metadata = '{}' WHERE node = ? AND state IN `+active, n.Reason, micros(now), n.Name); err != nil {
+			env = '{}', metadata = '{}', image = '' WHERE node = ? AND state IN `+active+` AND `+movable,
+			n.Reason, micros(now), n.Name); err != nil {
 			return nil, fmt.Errorf("marking node %s sandboxes lost: %w", n.Name, err)
 		}
 	}
@@ -190,6 +196,21 @@ func (s *Store) Reserve(ctx context.Context, r cluster.Reservation, ttl time.Dur
 func (s *Store) Release(ctx context.Context, id string) error {
 	if _, err := s.w.ExecContext(ctx, `DELETE FROM node_reservations WHERE id = ?`, id); err != nil {
 		return fmt.Errorf("releasing reservation %s: %w", id, err)
+	}
+	return nil
+}
+
+// MoveSandbox moves a paused sandbox with a shared image from node from,
+// which is not live, to node to, in one statement (a compare-and-swap).
+func (s *Store) MoveSandbox(ctx context.Context, id, from, to string) error {
+	res, err := s.w.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ? AND node = ? AND state = 'paused'
+		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = ? AND state = 'live')`, to, id, from, from)
+	if err != nil {
+		return fmt.Errorf("moving sandbox %s to node %s: %w", id, to, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("moving sandbox %s from node %s: it is not paused there with a shared image, or the node is live: %w",
+			id, from, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 )
 
 const sandboxColumns = `id, template, runtime, state, reason, limits, user_name, workdir,
-	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes`
+	env, metadata, owner, node, created_at, expires_at, auto_pause, timeout_ms, paused_at, auto_resume, ended_at, build, volumes, image`
 
 // PutSandbox inserts or replaces a record. Times are kept to the
 // microsecond, in UTC. An ended record is stored without env and metadata
@@ -52,7 +52,7 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 	// An upsert, not INSERT OR REPLACE: replacing would delete the row and
 	// cascade to its metadata mid-statement.
 	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET template = excluded.template, runtime = excluded.runtime,
 			state = excluded.state, reason = excluded.reason, limits = excluded.limits,
 			user_name = excluded.user_name, workdir = excluded.workdir, env = excluded.env,
@@ -60,10 +60,10 @@ func (s *Store) PutSandbox(ctx context.Context, sb sandbox.Sandbox) error {
 			created_at = excluded.created_at, expires_at = excluded.expires_at,
 			auto_pause = excluded.auto_pause, timeout_ms = excluded.timeout_ms, paused_at = excluded.paused_at,
 			auto_resume = excluded.auto_resume, ended_at = excluded.ended_at, build = excluded.build,
-			volumes = excluded.volumes`,
+			volumes = excluded.volumes, image = excluded.image`,
 		string(sb.ID), sb.Template, sb.Runtime, string(sb.State), sb.Reason, limits, sb.User, sb.Workdir,
 		env, meta, sb.Owner, sb.Node, micros(sb.CreatedAt), nullMicros(sb.ExpiresAt),
-		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt), sb.Build, vols)
+		sb.AutoPause, sb.Timeout.Milliseconds(), nullMicros(sb.PausedAt), sb.AutoResume, nullMicros(sb.EndedAt), sb.Build, vols, sb.Image)
 	if err != nil {
 		return fmt.Errorf("writing sandbox %s: %w", sb.ID, err)
 	}
@@ -235,7 +235,7 @@ func scanSandbox(row scanner) (sandbox.Sandbox, error) {
 		vols              string
 	)
 	if err := row.Scan(&id, &sb.Template, &sb.Runtime, &state, &sb.Reason, &limits, &sb.User, &sb.Workdir,
-		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols); err != nil {
+		&env, &meta, &sb.Owner, &sb.Node, &created, &expires, &sb.AutoPause, &timeout, &paused, &sb.AutoResume, &ended, &sb.Build, &vols, &sb.Image); err != nil {
 		return sb, err
 	}
 	if ended.Valid {

@@ -12,7 +12,7 @@ import (
 )
 
 const snapshotColumns = `id, name, owner, source, template, runtime, limits, user_name, workdir,
-	env, metadata, size_bytes, node, created_at, build`
+	env, metadata, size_bytes, node, created_at, build, image`
 
 // PutSnapshot inserts a snapshot record; errdefs.ErrAlreadyExists if its
 // id, or its name for its owner, is taken.
@@ -22,9 +22,9 @@ func (s *Store) PutSnapshot(ctx context.Context, sn sandbox.Snapshot) error {
 		return err
 	}
 	_, err = s.w.ExecContext(ctx, `INSERT INTO snapshots (`+snapshotColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		sn.ID, sn.Name, sn.Owner, string(sn.Source), sn.Template, sn.Runtime, limits, sn.User, sn.Workdir,
-		env, meta, sn.SizeBytes, sn.Node, micros(sn.CreatedAt), sn.Build)
+		env, meta, sn.SizeBytes, sn.Node, micros(sn.CreatedAt), sn.Build, sn.Image)
 	if isConstraint(err) {
 		return fmt.Errorf("snapshot %q: %w", sn.Name, errdefs.ErrAlreadyExists)
 	}
@@ -72,7 +72,7 @@ func scanSnapshot(row scanner) (sandbox.Snapshot, error) {
 		created           int64
 	)
 	if err := row.Scan(&sn.ID, &sn.Name, &sn.Owner, &source, &sn.Template, &sn.Runtime, &limits, &sn.User, &sn.Workdir,
-		&env, &meta, &sn.SizeBytes, &sn.Node, &created, &sn.Build); err != nil {
+		&env, &meta, &sn.SizeBytes, &sn.Node, &created, &sn.Build, &sn.Image); err != nil {
 		return sn, err
 	}
 	sn.Source, sn.CreatedAt = sandbox.ID(source), fromMicros(created)

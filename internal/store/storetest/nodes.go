@@ -90,8 +90,10 @@ func testNodeRegistry(t *testing.T, s store.Backend) {
 }
 
 // testNodeLost: a silent node is marked lost with its sandboxes that had
-// not ended (failed, with a reason naming it); others are untouched; a
-// heartbeat brings it back; two sweepers at once mark each node once.
+// not ended (failed, with a reason naming it), but a paused one whose
+// image is in shared storage stays paused and can be moved, once, by
+// concurrent movers; others are untouched; a heartbeat brings it back;
+// two sweepers at once mark each node once.
 func testNodeLost(t *testing.T, s store.Backend) {
 	heartbeat(t, s, node("quiet", 10), node("chatty", 10))
 	mine := record("lostmine0001", base)
@@ -100,7 +102,14 @@ func testNodeLost(t *testing.T, s store.Backend) {
 	done.Node, done.State, done.Reason = "quiet", sandbox.StateStopped, "killed"
 	theirs := record("losttheirs01", base)
 	theirs.Node = "chatty"
-	put(t, s, mine, done, theirs)
+	shared := record("lostshared01", base)
+	shared.Node, shared.State, shared.Image = "quiet", sandbox.StatePaused, "paused/lostshared01.x@sha256:00"
+	local := record("lostlocal001", base)
+	local.Node, local.State = "quiet", sandbox.StatePaused
+	put(t, s, mine, done, theirs, shared, local)
+	if err := s.MoveSandbox(ctx(t), string(shared.ID), "quiet", "chatty"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("MoveSandbox off a live node: %v, want failed_precondition", err)
+	}
 
 	if lost, err := s.MarkLost(ctx(t), time.Hour); err != nil || len(lost) != 0 {
 		t.Fatalf("MarkLost(1h) = %v, %v; want nothing", lost, err)
@@ -151,6 +160,36 @@ func testNodeLost(t *testing.T, s store.Backend) {
 	}
 	if d := get(t, s, done.ID); d.State != sandbox.StateStopped || d.Reason != "killed" {
 		t.Errorf("ended sandbox of the lost node = %+v, want it untouched", d)
+	}
+	if l := get(t, s, local.ID); l.State != sandbox.StateFailed || !strings.Contains(l.Reason, "node quiet lost") {
+		t.Errorf("paused sandbox with a node-local image = %+v, want it failed with the node's reason", l)
+	}
+	if sh := get(t, s, shared.ID); sh.State != sandbox.StatePaused || sh.Image != shared.Image || sh.Node != "quiet" {
+		t.Errorf("paused sandbox with a shared image = %+v, want it paused on its node, image kept", sh)
+	}
+	// Movers racing to two nodes: exactly one moves it.
+	var moved []string
+	for _, to := range []string{"chatty", "other"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := s.MoveSandbox(ctx(t), string(shared.ID), "quiet", to)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				moved = append(moved, to)
+			case !errors.Is(err, errdefs.ErrFailedPrecondition):
+				t.Errorf("MoveSandbox to %s: %v, want success or failed_precondition", to, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if sh := get(t, s, shared.ID); len(moved) != 1 || sh.Node != moved[0] || sh.State != sandbox.StatePaused {
+		t.Errorf("concurrent moves: moved to %v, record %+v; want one move, the record on its node", moved, sh)
+	}
+	if err := s.MoveSandbox(ctx(t), string(local.ID), "quiet", "chatty"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Errorf("MoveSandbox of a failed sandbox: %v, want failed_precondition", err)
 	}
 	if th := get(t, s, theirs.ID); th.State != sandbox.StateRunning {
 		t.Errorf("sandbox of a live node = %+v, want it running", th)

@@ -19,7 +19,7 @@ func snapshot(id, owner, name string, created time.Time) sandbox.Snapshot {
 		User:   "user", Workdir: "/home/user",
 		Env:       map[string]string{"A": "1", "UNI": "ü→✓"},
 		Metadata:  map[string]string{"job": "x y"},
-		SizeBytes: 123<<20 + 7, Node: "host-1", CreatedAt: created,
+		SizeBytes: 123<<20 + 7, Node: "host-1", CreatedAt: created, Image: "snapshots/" + id + "@sha256:ab",
 	}
 }
 
