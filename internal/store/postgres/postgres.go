@@ -37,7 +37,7 @@ const migrationLock = 0x6b696c6e // "kiln"
 // Store is a PostgreSQL database holding sandbox, API key and template
 // records. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool db
 }
 
 // Open connects to the database at url (postgres://… or postgresql://…;
@@ -53,11 +53,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
+	// The whole cause for the operator: this error is not an API
+	// client's.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to postgres: %w: %w", errdefs.ErrUnavailable, err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: newDB(pool)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
