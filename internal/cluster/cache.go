@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,6 +17,8 @@ type cached struct {
 	mu    sync.Mutex
 	at    time.Time
 	nodes []Node
+	// failed is when a read last failed (Unix nanoseconds; 0: never).
+	failed atomic.Int64
 }
 
 func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
@@ -26,8 +29,19 @@ func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
 	}
 	ns, err := st.Nodes(ctx)
 	if err != nil {
+		if ctx.Err() == nil {
+			c.failed.Store(time.Now().UnixNano())
+		}
 		return nil, fmt.Errorf("reading the node registry: %w", err)
 	}
 	c.nodes, c.at = ns, time.Now()
 	return ns, nil
+}
+
+// failedAt is when a read last failed (the zero time if none did).
+func (c *cached) failedAt() time.Time {
+	if ns := c.failed.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }

@@ -32,11 +32,11 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, started_at, heartbeat_at)
-		VALUES (?, ?, 'live', '', ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
+		VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = excluded.state, reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
 			templates = excluded.templates, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, micros(n.StartedAt), micros(time.Now()))
+		n.Name, n.URL, n.BeatState(), n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, micros(n.StartedAt), micros(time.Now()))
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -70,6 +70,8 @@ func scanNode(row scanner) (cluster.Node, error) {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = fromMicros(started), fromMicros(heartbeat)
+	n.ReadAt = time.Now()
+	n.Quiet = n.ReadAt.Sub(n.HeartbeatAt) // one machine: one clock
 	if err := json.Unmarshal([]byte(runtimes), &n.Runtimes); err != nil {
 		return n, fmt.Errorf("decoding node %s runtimes: %w", n.Name, err)
 	}
@@ -88,7 +90,7 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 	}
 	defer tx.Rollback()
 	now := time.Now()
-	rows, err := tx.QueryContext(ctx, `SELECT name, heartbeat_at FROM nodes WHERE state = 'live' AND heartbeat_at < ? ORDER BY name`,
+	rows, err := tx.QueryContext(ctx, `SELECT name, heartbeat_at FROM nodes WHERE state IN ('live', 'draining') AND heartbeat_at < ? ORDER BY name`,
 		micros(now.Add(-silence)))
 	if err != nil {
 		return nil, fmt.Errorf("finding silent nodes: %w", err)
