@@ -80,6 +80,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&cl.Token, "cluster-token", cl.Token, "shared secret between fronts and nodes, 32+ characters (KILN_CLUSTER_TOKEN; prefer the environment)")
 	fs.StringVar(&cl.AdvertiseURL, "advertise-url", cl.AdvertiseURL, "URL fronts reach this node at (KILN_ADVERTISE_URL; default http://LISTEN)")
 	fs.IntVar(&cl.Slots, "node-slots", cl.Slots, "sandboxes this node takes (KILN_NODE_SLOTS)")
+	fs.DurationVar(&cl.DrainTimeout, "drain-timeout", cl.DrainTimeout,
+		"how long a node waits on SIGTERM, draining, for its sandboxes to end; 0: exit at once (KILN_DRAIN_TIMEOUT)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -109,10 +111,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return serveFront(ctx, cfg, st, log)
 	}
 	nodeName := ""
+	// A node drains on SIGTERM: stopping ends then, and ctx (the node's
+	// API, heartbeat and sandboxes) only once the drain is over.
+	stopping, drained := ctx, func() {}
 	if cfg.Cluster.Role == config.RoleNode {
 		if nodeName, err = clusterNodeName(cfg.Cluster); err != nil {
 			return err
 		}
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		drained = stop
 	}
 	nw, err := openNetwork(ctx, cfg, log.With("component", "network"))
 	if err != nil {
@@ -183,10 +192,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
 	})
 	if nodeName != "" {
-		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
+		beat, err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log)
+		if err != nil {
 			ln.Close()
 			return err
 		}
+		go func() {
+			select {
+			case <-stopping.Done():
+				drainNode(ctx, nodeName, cfg.Cluster.DrainTimeout, beat, m, log)
+				drained()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "sandbox_domain", domain,
 		"version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime, "role", cfg.Cluster.Role, "node", nodeName)

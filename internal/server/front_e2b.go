@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -66,7 +65,7 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 		return
 	}
 	n, err := s.front.dir.Node(r.Context(), sb.Node)
-	if err != nil || n.State != cluster.NodeLive {
+	if err != nil || s.front.dir.Answering(n) != nil {
 		e2b.WriteGone(w, rawID)
 		return
 	}
@@ -138,12 +137,9 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 	case sb.Owner != k.Key.ID || sb.State.Terminal():
 		return notFound
 	}
-	n, err := s.front.dir.Node(r.Context(), sb.Node)
+	n, err := s.front.nodeOf(r.Context(), sb)
 	if err != nil {
-		return fmt.Errorf("sandbox %s: its node %s is not in the catalog: %w", sb.ID, sb.Node, errdefs.ErrUnavailable)
-	}
-	if n.State != cluster.NodeLive {
-		return fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)
+		return err
 	}
 	s.front.proxy.Forward(w, r, n, s.e2bProblem)
 	return nil
