@@ -21,6 +21,7 @@ type Beat struct {
 
 	mu       sync.Mutex // one write at a time: a drain's is never undone by an older beat
 	draining atomic.Bool
+	reviving sync.Mutex // held while revived runs
 }
 
 // Heartbeat writes self's heartbeat into st at once, then every
@@ -68,9 +69,14 @@ func (b *Beat) loop(ctx context.Context) {
 			b.log.Info("heartbeat written again")
 		}
 		failing = err != nil
-		if back {
+		// Beside the heartbeat, which must go on meanwhile: ending many
+		// sandboxes takes seconds, and fronts refuse a quiet node.
+		if back && b.reviving.TryLock() {
 			b.log.Warn("this node was marked lost and is back: ending the sandboxes the catalog failed")
-			b.revived(ctx)
+			go func() {
+				defer b.reviving.Unlock()
+				b.revived(ctx)
+			}()
 		}
 	}
 }
