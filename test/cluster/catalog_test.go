@@ -135,6 +135,32 @@ func TestCatalogRestart(t *testing.T) {
 		see("a get", err, false)
 		_, err = f.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"})
 		see("a create", err, false)
+		// E2B's API: the control plane, and the data plane (not its 502,
+		// "the sandbox is gone": it may be fine).
+		for what, hdr := range map[string][2]string{
+			"an E2B get":        {"X-API-Key", w.key},
+			"an E2B data-plane": {"E2b-Sandbox-Id", old[0]},
+		} {
+			path := "/sandboxes/" + old[0]
+			if hdr[0] != "X-API-Key" {
+				path = "/health"
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", front.url+path, nil)
+			req.Header.Set(hdr[0], hdr[1])
+			req.Header.Set("E2b-Sandbox-Port", "49983")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				t.Errorf("%s while the catalog is down: status %d, want 503", what, resp.StatusCode)
+			}
+			if seen[what] == nil {
+				seen[what] = map[int]int{}
+			}
+			seen[what][resp.StatusCode]++
+		}
 		// A command needs no catalog read on a front that routed the
 		// sandbox before, nor on a node that knows the key: it may work.
 		_, err = f.Output(ctx, old[1], api.CommandRequest{Cmd: "true"})
