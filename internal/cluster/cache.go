@@ -8,8 +8,12 @@ import (
 	"time"
 )
 
-// cacheTTL is how old a Directory's listing may be.
-const cacheTTL = time.Second
+// cacheTTL is how old a Directory's listing may be, and readTimeout how
+// long reading one may take.
+const (
+	cacheTTL    = time.Second
+	readTimeout = 10 * time.Second
+)
 
 // cached is one listing of the nodes and when it was read. Concurrent
 // callers of an expired listing wait for one read.
@@ -27,7 +31,10 @@ func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
 	if time.Since(c.at) < cacheTTL {
 		return c.nodes, nil
 	}
-	ns, err := st.Nodes(ctx)
+	// Bounded: every caller waits on this one read.
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	ns, err := st.Nodes(rctx)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.failed.Store(time.Now().UnixNano())

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,6 +30,10 @@ var (
 
 //go:embed migrations/*.sql
 var migrations embed.FS
+
+// connectTimeout bounds connecting to the database unless the URL sets
+// connect_timeout.
+const connectTimeout = 5 * time.Second
 
 // migrationLock is the pg_advisory_xact_lock key that serialises schema
 // migrations when several kiln serve processes start at once.
@@ -48,6 +53,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		// pgx redacts the password from its parse errors.
 		return nil, fmt.Errorf("parsing postgres url: %w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	// A database that cannot be reached (a partition, a host that is
+	// gone) fails a connection in this long rather than when the system
+	// gives up on it, minutes later: the catalog is unavailable.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

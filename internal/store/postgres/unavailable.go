@@ -103,8 +103,8 @@ func (e *unavailableError) Unwrap() []error { return []error{errdefs.ErrUnavaila
 
 // classify returns err as an unavailableError when it is one of the
 // connection rather than of the statement; other errors (and nil) as
-// they are. A context's end stays what it is: the caller's deadline, not
-// the catalog's.
+// they are. A context's end stays what it is (the caller's deadline, not
+// the catalog's), except while connecting.
 func classify(err error) error {
 	if err == nil || errors.Is(err, errdefs.ErrUnavailable) {
 		return err
@@ -118,10 +118,9 @@ func classify(err error) error {
 // unavailable says how err is a failure of the connection to the
 // database, or "" when it is not one.
 func unavailable(err error) string {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return ""
-	}
-	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+	pe, fromServer := errors.AsType[*pgconn.PgError](err)
+	_, connecting := errors.AsType[*pgconn.ConnectError](err)
+	if fromServer {
 		switch {
 		case pe.Code == "57P01" || pe.Code == "57P02":
 			return "the database is shutting down (" + pe.Code + ")"
@@ -132,14 +131,16 @@ func unavailable(err error) string {
 		case strings.HasPrefix(pe.Code, "08"):
 			return "connection exception (" + pe.Code + ")"
 		}
-		if _, ok := errors.AsType[*pgconn.ConnectError](err); !ok {
-			return "" // the statement's own error
-		}
-	}
-	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {
-		return "cannot connect to the database" + sysReason(err)
 	}
 	switch {
+	case connecting:
+		// Refused, or not answering in time (even the caller's time):
+		// the catalog is unavailable to this process.
+		return "cannot connect to the database" + sysReason(err)
+	case fromServer:
+		return "" // the statement's own error
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return "" // the caller's deadline, not the catalog's
 	case errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed):
 		return "the connection to the database was closed"
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
