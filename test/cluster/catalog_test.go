@@ -222,8 +222,15 @@ func TestCatalogRestart(t *testing.T) {
 		}
 	}
 	t.Logf("creates in flight across the outage: %d succeeded, %d failed", ok, failed)
-	for _, p := range nodes {
+	for _, p := range append([]*proc{front}, nodes...) {
+		// Every process sweeps; each saw the outage and resumed.
 		logs, _ := os.ReadFile(p.log)
+		if !strings.Contains(string(logs), "sweeping resumes") {
+			t.Errorf("%s's log does not say its sweeps resumed after the outage", p.name)
+		}
+		if p == front {
+			continue
+		}
 		t.Logf("%s: %d creates unwound while their record could not be deleted, %d such records deleted once the catalog was back, heartbeats resumed %d times",
 			p.name, strings.Count(string(logs), "deleting the record of a failed create once it is back"),
 			strings.Count(string(logs), "deleted the record of a failed create"), strings.Count(string(logs), "heartbeat written again"))
