@@ -38,6 +38,9 @@ func TestClusterValidate(t *testing.T) {
 		{"advertise URL", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420" }), pg, ""},
 		{"advertise URL with a path", node(func(c *Cluster) { c.AdvertiseURL = "http://10.0.0.5:8420/api" }), pg, "advertise URL"},
 		{"advertise URL not http", node(func(c *Cluster) { c.AdvertiseURL = "unix:///x" }), pg, "advertise URL"},
+		{"no drain", node(func(c *Cluster) { c.DrainTimeout = 0 }), pg, ""},
+		{"negative drain", node(func(c *Cluster) { c.DrainTimeout = -1 }), pg, "drain timeout"},
+		{"drain of days", node(func(c *Cluster) { c.DrainTimeout = 48 * time.Hour }), pg, "drain timeout"},
 		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,5 +52,19 @@ func TestClusterValidate(t *testing.T) {
 				t.Errorf("validate = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDrainTimeoutFromEnv: KILN_DRAIN_TIMEOUT is a duration (default
+// 30s); a malformed one is kept invalid for validate.
+func TestDrainTimeoutFromEnv(t *testing.T) {
+	if got := defaultCluster().DrainTimeout; got != 30*time.Second {
+		t.Errorf("default drain timeout %v, want 30s", got)
+	}
+	for in, want := range map[string]time.Duration{"0": 0, "2m": 2 * time.Minute, "soon": -1} {
+		t.Setenv("KILN_DRAIN_TIMEOUT", in)
+		if got := clusterFromEnv(defaultCluster()).DrainTimeout; got != want {
+			t.Errorf("KILN_DRAIN_TIMEOUT=%s: %v, want %v", in, got, want)
+		}
 	}
 }
