@@ -23,6 +23,9 @@ type cached struct {
 	nodes []Node
 	// failed is when a read last failed (Unix nanoseconds; 0: never).
 	failed atomic.Int64
+	// heard is when the catalog last took a heartbeat of any serving
+	// node, on this host's clock (Unix nanoseconds; 0: none known).
+	heard atomic.Int64
 }
 
 func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
@@ -42,7 +45,25 @@ func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
 		return nil, fmt.Errorf("reading the node registry: %w", err)
 	}
 	c.nodes, c.at = ns, time.Now()
+	var last time.Time
+	for _, n := range ns {
+		if at := n.ReadAt.Add(-n.Quiet); n.Serving() && at.After(last) {
+			last = at
+		}
+	}
+	if !last.IsZero() {
+		c.heard.Store(last.UnixNano())
+	}
 	return ns, nil
+}
+
+// heardAt is when the catalog last took a heartbeat of a serving node,
+// as of the last listing (the zero time if none is known).
+func (c *cached) heardAt() time.Time {
+	if ns := c.heard.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // failedAt is when a read last failed (the zero time if none did).

@@ -124,17 +124,21 @@ func (d *Directory) Node(ctx context.Context, name string) (Node, error) {
 // Answering returns nil if n is expected to answer requests: it serves
 // (live or draining) and has heartbeat within maxQuiet. Otherwise it is
 // errdefs.ErrUnavailable naming the node and why: a node that accepts
-// connections and never answers (a stopped process, a partition between
-// it and the catalog) is refused at once, not waited on. Quiet nodes are
-// excused while this front itself has lately failed to read the catalog:
-// nodes could not heartbeat either.
+// connections and never answers (a stopped process, a partition) is
+// refused at once, not waited on. A quiet node is refused only when the
+// catalog is known to take heartbeats: another node's is recent, and
+// this front has not failed to read the catalog lately. When every node
+// is quiet, the catalog is more likely in trouble (down, or too slow for
+// heartbeats) than every node frozen, and refusing them all would stop
+// the cluster for nothing.
 func (d *Directory) Answering(n Node) error {
 	if !n.Serving() {
 		return fmt.Errorf("node %s is %s: %w", n.Name, n.State, errdefs.ErrUnavailable)
 	}
 	now := time.Now()
 	q := n.QuietFor(now)
-	if d.maxQuiet <= 0 || q <= d.maxQuiet || now.Sub(d.cache.failedAt()) < d.maxQuiet {
+	if d.maxQuiet <= 0 || q <= d.maxQuiet || now.Sub(d.cache.failedAt()) < d.maxQuiet ||
+		now.Sub(d.cache.heardAt()) > d.maxQuiet {
 		return nil
 	}
 	return fmt.Errorf("node %s is not answering: no heartbeat for %v: %w", n.Name, q.Round(100*time.Millisecond), errdefs.ErrUnavailable)

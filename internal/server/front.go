@@ -347,7 +347,11 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 		return fmt.Errorf("reading the node registry: %w", err)
 	}
 	// A live node that stopped heartbeating (frozen, cut off) would hold
-	// the create until the client gives up.
+	// the create until the client gives up. (The directory's listing, at
+	// most a second old, says whether the catalog takes heartbeats.)
+	if _, err := s.front.dir.Nodes(r.Context()); err != nil {
+		return err
+	}
 	nodes = slices.DeleteFunc(nodes, func(n cluster.Node) bool {
 		return n.State == cluster.NodeLive && s.front.dir.Answering(n) != nil
 	})
