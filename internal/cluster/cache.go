@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// cacheTTL is how old a Directory's listing may be, and readTimeout how
-// long reading one may take.
+// cacheTTL is how old a Directory's listing may be, missTTL how old it
+// may be for a node it lacks (one that just registered), and readTimeout
+// how long reading one may take.
 const (
 	cacheTTL    = time.Second
+	missTTL     = 100 * time.Millisecond
 	readTimeout = 10 * time.Second
 )
 
@@ -28,10 +30,12 @@ type cached struct {
 	heard atomic.Int64
 }
 
-func (c *cached) get(ctx context.Context, st Store) ([]Node, error) {
+// get returns the listing if it is younger than maxAge, else reads a new
+// one.
+func (c *cached) get(ctx context.Context, st Store, maxAge time.Duration) ([]Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if time.Since(c.at) < cacheTTL {
+	if time.Since(c.at) < maxAge {
 		return c.nodes, nil
 	}
 	// Bounded: every caller waits on this one read.

@@ -43,7 +43,15 @@ func TestAnswering(t *testing.T) {
 	if err := answering("a"); err != nil {
 		t.Fatalf("a just after its heartbeat: %v", err)
 	}
-	// b heartbeats, a does not, for longer than the listing's second.
+	// A node that registers after the listing was read is found at once,
+	// not a second later.
+	time.Sleep(150 * time.Millisecond)
+	beat("c")
+	if _, err := d.Node(ctx, "c"); err != nil {
+		t.Errorf("a node registered after the listing: %v", err)
+	}
+	// b heartbeats, a (and c) do not, for longer than the listing's
+	// second.
 	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		beat("b")
 	}
@@ -55,7 +63,7 @@ func TestAnswering(t *testing.T) {
 	}
 	// Nobody heartbeats: no proof against either.
 	time.Sleep(1200 * time.Millisecond)
-	for _, name := range []string{"a", "b"} {
+	for _, name := range []string{"a", "b", "c"} {
 		if err := answering(name); err != nil {
 			t.Errorf("%s while no node heartbeats: %v, want no verdict (nil)", name, err)
 		}

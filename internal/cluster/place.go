@@ -104,18 +104,23 @@ func NewDirectory(st Store, maxQuiet time.Duration) *Directory {
 }
 
 // Nodes returns every node, at most a second old.
-func (d *Directory) Nodes(ctx context.Context) ([]Node, error) { return d.cache.get(ctx, d.st) }
+func (d *Directory) Nodes(ctx context.Context) ([]Node, error) {
+	return d.cache.get(ctx, d.st, cacheTTL)
+}
 
 // Node returns the node called name; errdefs.ErrNotFound if the catalog
-// has none.
+// has none. A node the listing lacks is looked for again in a fresh one
+// (it may have registered within the second).
 func (d *Directory) Node(ctx context.Context, name string) (Node, error) {
-	ns, err := d.Nodes(ctx)
-	if err != nil {
-		return Node{}, err
-	}
-	for _, n := range ns {
-		if n.Name == name {
-			return n, nil
+	for _, maxAge := range []time.Duration{cacheTTL, missTTL} {
+		ns, err := d.cache.get(ctx, d.st, maxAge)
+		if err != nil {
+			return Node{}, err
+		}
+		for _, n := range ns {
+			if n.Name == name {
+				return n, nil
+			}
 		}
 	}
 	return Node{}, fmt.Errorf("node %s: %w", name, errdefs.ErrNotFound)
