@@ -45,7 +45,7 @@ type PoolInfo struct {
 type ClusterNode struct {
 	Name   string `json:"name"`
 	URL    string `json:"url"`
-	State  string `json:"state"`            // live or lost
+	State  string `json:"state"`            // live, draining or lost
 	Reason string `json:"reason,omitempty"` // why it was marked lost
 	// Capacity it reported.
 	CPUs        float64   `json:"cpus"`

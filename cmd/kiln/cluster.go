@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
@@ -38,10 +41,10 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 
 // joinCluster registers this node in the catalog, then keeps its
 // heartbeat and sweeps for lost nodes in the background until ctx ends.
-func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, name string, addr net.Addr, log *slog.Logger) error {
+func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, name string, addr net.Addr, log *slog.Logger) (*cluster.Beat, error) {
 	self, err := cluster.Host(name, advertiseURL(cfg, addr), cfg.Cluster.Slots, map[string]string{"runsc": cfg.RunscPath, "runc": cfg.RuncPath})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	return cluster.Join(ctx, cluster.Member{
 		Nodes: st, Records: st, Sandboxes: m, Self: self, DataDir: cfg.DataDir,
@@ -86,4 +89,45 @@ func advertiseURL(cfg config.Config, addr net.Addr) string {
 		}
 	}
 	return cfg.Server.Public.Scheme() + "://" + net.JoinHostPort(host, port)
+}
+
+// drainNode is a node's SIGTERM (docs/cluster.md): it is marked draining
+// in the catalog (placement passes it over; it keeps heartbeating, so it
+// is not marked lost), its Manager refuses new creates (503: fronts place
+// them on other nodes), and it waits up to timeout for its sandboxes to
+// end while they keep serving. What is left keeps running for its next
+// start, which re-adopts them. A second SIGTERM or SIGINT ends the wait.
+func drainNode(ctx context.Context, name string, timeout time.Duration, beat *cluster.Beat, m *sandbox.Manager, log *slog.Logger) {
+	if timeout <= 0 {
+		return
+	}
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(again)
+	start := time.Now()
+	m.Drain("node " + name + " is draining")
+	if err := beat.Drain(ctx); err != nil {
+		log.Warn("draining: the catalog did not take the draining state yet; the next heartbeat writes it", "err", err)
+	}
+	left := m.Active()
+	log.Info("draining: new sandboxes are refused; waiting for these to end", "sandboxes", left, "timeout", timeout)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for left > 0 {
+		select {
+		case <-deadline.C:
+			log.Info("drain timeout: the sandboxes left keep running for the next start", "sandboxes", left)
+			return
+		case <-again:
+			log.Info("signalled again: ending the drain; the sandboxes left keep running for the next start", "sandboxes", left)
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			left = m.Active()
+		}
+	}
+	log.Info("drained: no sandbox left", "took", time.Since(start).Round(time.Millisecond))
 }

@@ -85,6 +85,8 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 		`OCI registry and repository prefix where nodes keep custom template builds for each other, e.g. "registry.internal/kiln" (KILN_CLUSTER_REGISTRY)`)
 	fs.StringVar(&cl.SnapshotDir, "snapshot-dir", cl.SnapshotDir,
 		"directory shared by every node (e.g. NFS) for paused sandboxes' and snapshots' images, so any node restores them (KILN_SNAPSHOT_DIR)")
+	fs.DurationVar(&cl.DrainTimeout, "drain-timeout", cl.DrainTimeout,
+		"how long a node waits on SIGTERM, draining, for its sandboxes to end; 0: exit at once (KILN_DRAIN_TIMEOUT)")
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -114,10 +116,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return serveFront(ctx, cfg, st, log)
 	}
 	nodeName := ""
+	// A node drains on SIGTERM: stopping ends then, and ctx (the node's
+	// API, heartbeat and sandboxes) only once the drain is over.
+	stopping, drained := ctx, func() {}
 	if cfg.Cluster.Role == config.RoleNode {
 		if nodeName, err = clusterNodeName(cfg.Cluster); err != nil {
 			return err
 		}
+		var stop context.CancelFunc
+		ctx, stop = context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		drained = stop
 	}
 	nw, err := openNetwork(ctx, cfg, log.With("component", "network"))
 	if err != nil {
@@ -198,10 +207,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClusterToken: clusterToken(cfg.Cluster), Nodes: st, Node: nodeName, Cluster: front,
 	})
 	if nodeName != "" {
-		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
+		beat, err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log)
+		if err != nil {
 			ln.Close()
 			return err
 		}
+		go func() {
+			select {
+			case <-stopping.Done():
+				drainNode(ctx, nodeName, cfg.Cluster.DrainTimeout, beat, m, log)
+				drained()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "scheme", cfg.Server.Public.Scheme(), "sandbox_domain", domain,
 		"version", version, "data_dir", cfg.DataDir, "runtime", cfg.Runtime, "role", cfg.Cluster.Role, "node", nodeName)

@@ -66,6 +66,12 @@ variable "node_lost_after" {
   default = 5
 }
 
+variable "drain_timeout" {
+  type        = string
+  default     = "30s"
+  description = "How long a stopping node waits, draining, for its sandboxes to end (KILN_DRAIN_TIMEOUT); keep kill_timeout above it."
+}
+
 variable "node_pool" {
   type        = string
   default     = "default"
@@ -120,14 +126,19 @@ job "kiln-node" {
         KILN_NODE_SLOTS         = var.node_slots
         KILN_HEARTBEAT_INTERVAL = var.heartbeat_interval
         KILN_NODE_LOST_AFTER    = var.node_lost_after
+        KILN_DRAIN_TIMEOUT      = var.drain_timeout
       }
 
-      # SIGTERM, then kiln's own shutdown grace (10 s) for in-flight
-      # requests and streams. Sandboxes run in cgroups of their own and
-      # outlive the process: a node back within the lost window re-adopts
-      # them (README.md, "Restarts and draining").
+      # SIGTERM: the node drains (marked draining, new creates go to other
+      # nodes) for up to drain_timeout while its sandboxes end, then takes
+      # kiln's own shutdown grace (10 s) for in-flight requests and
+      # streams. kill_timeout must exceed both together (and the client's
+      # max_kill_timeout, 30 s by default, caps it: raise that too).
+      # Sandboxes left run in cgroups of their own and outlive the
+      # process: a node back within the lost window re-adopts them
+      # (README.md, "Restarts and draining").
       kill_signal  = "SIGTERM"
-      kill_timeout = "30s"
+      kill_timeout = "45s"
 
       resources {
         # What the kiln process itself needs; sandboxes are accounted by

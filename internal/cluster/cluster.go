@@ -23,7 +23,10 @@ import (
 // States of a node in the catalog.
 const (
 	NodeLive = "live"
-	NodeLost = "lost"
+	// NodeDraining is a node that is stopping (SIGTERM): placement skips
+	// it, its sandboxes are served until they end or its drain timeout.
+	NodeDraining = "draining"
+	NodeLost     = "lost"
 )
 
 // TokenHeader carries the cluster token from a front to a node, and
@@ -37,7 +40,7 @@ const (
 type Node struct {
 	Name  string
 	URL   string // base URL of its API, for fronts
-	State string // NodeLive or NodeLost
+	State string // NodeLive, NodeDraining or NodeLost
 	// Reason says why a lost node was marked lost.
 	Reason string
 
@@ -54,6 +57,13 @@ type Node struct {
 
 	StartedAt   time.Time
 	HeartbeatAt time.Time // the catalog's clock
+	// Quiet is how long the node had been silent when Store.Nodes read
+	// it (at ReadAt, this host's clock): since its last heartbeat, or
+	// since the catalog's database started if that is later (heartbeats
+	// it could not write while the catalog was down do not count), on
+	// the catalog's clock.
+	Quiet  time.Duration
+	ReadAt time.Time
 
 	// Load, computed by Store.Nodes from the catalog's records: its
 	// sandboxes that have not ended, the placements reserved on it and
@@ -64,22 +74,39 @@ type Node struct {
 	AllocatedMemoryBytes int64
 }
 
+// QuietFor is how long n has been silent at now (this host's clock).
+func (n Node) QuietFor(now time.Time) time.Duration { return n.Quiet + now.Sub(n.ReadAt) }
+
+// Serving reports whether n serves its sandboxes: live or draining.
+func (n Node) Serving() bool { return n.State == NodeLive || n.State == NodeDraining }
+
+// BeatState is the state a heartbeat of n writes: draining if n says so,
+// else live.
+func (n Node) BeatState() string {
+	if n.State == NodeDraining {
+		return NodeDraining
+	}
+	return NodeLive
+}
+
 // Store is the catalog's node registry, kept by both store backends
 // (internal/store/sqlite, internal/store/postgres; storetest checks them).
 // Sandbox records are sandbox.Store's; a node's sandboxes are those whose
 // record names it.
 type Store interface {
-	// Heartbeat records n as live with its capacity, its heartbeat the
-	// store's now; a node marked lost comes back live, and revived says
-	// so (its sandboxes were failed meanwhile).
+	// Heartbeat records n as live (draining, if n.State says so) with
+	// its capacity, its heartbeat the store's now; a node marked lost
+	// comes back, and revived says so (its sandboxes were failed
+	// meanwhile).
 	Heartbeat(ctx context.Context, n Node) (revived bool, err error)
 	// Nodes returns every registered node with its load, by name.
 	Nodes(ctx context.Context) ([]Node, error)
-	// MarkLost marks lost every live node whose last heartbeat is older
-	// than silence, with the sandboxes it held that had not ended: they
-	// become failed with a reason naming the node, except paused ones
-	// whose image is in the shared snapshot dir (another node can resume
-	// them: MoveSandbox). It returns the nodes
+	// MarkLost marks lost every live or draining node whose last
+	// heartbeat is older than silence (PostgreSQL: and whose database
+	// has been up for as long), with the sandboxes it held that had not
+	// ended: they become failed with a reason naming the node, except
+	// paused ones whose image is in the shared snapshot dir (another node
+	// can resume them: MoveSandbox). It returns the nodes
 	// it marked. Concurrent callers (every front and node sweeps) never
 	// mark one node twice.
 	MarkLost(ctx context.Context, silence time.Duration) ([]Node, error)
@@ -99,7 +126,7 @@ type Store interface {
 	// it is counted once, never twice nor not at all.
 	Release(ctx context.Context, id string) error
 	// MoveSandbox moves the record of sandbox id, paused with its image in
-	// the shared snapshot dir, from node from, which must not be live, to
+	// the shared snapshot dir, from node from, which must not be live or draining, to
 	// node to: a compare-and-swap on the record's node, so of concurrent
 	// moves one succeeds. The others, and a record that is no longer so
 	// (resumed, killed, moved), are errdefs.ErrFailedPrecondition.

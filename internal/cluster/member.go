@@ -53,13 +53,15 @@ func Host(name, url string, slots int, runtimes map[string]string) (Node, error)
 }
 
 // Join registers m's node in the catalog, then keeps its heartbeat and
-// sweeps for lost nodes in the background until ctx ends.
-func Join(ctx context.Context, m Member) error {
-	if err := Heartbeat(ctx, m.Nodes, m.Interval, m.describe, m.endFailed, m.Log); err != nil {
-		return err
+// sweeps for lost nodes in the background until ctx ends. The Beat it
+// returns drains the node.
+func Join(ctx context.Context, m Member) (*Beat, error) {
+	b, err := Heartbeat(ctx, m.Nodes, m.Interval, m.describe, m.endFailed, m.Log)
+	if err != nil {
+		return nil, err
 	}
 	go Sweep(ctx, m.Nodes, m.Interval, m.Silence, m.Log)
-	return nil
+	return b, nil
 }
 
 // describe is the node's entry with the templates it has now: its

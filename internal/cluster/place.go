@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -144,29 +145,64 @@ func Load(n Node) float64 {
 
 // Directory answers which node is which for routing, from the catalog,
 // reusing a listing for up to a second so that a busy front costs the
-// catalog one query a second rather than one per request.
+// catalog one query a second rather than one per request; and whether a
+// node is expected to answer (Answering).
 type Directory struct {
 	st    Store
 	cache cached
+	// maxQuiet is how long a node may go without a heartbeat before
+	// requests to it fail at once.
+	maxQuiet time.Duration
 }
 
-// NewDirectory returns a Directory over st.
-func NewDirectory(st Store) *Directory { return &Directory{st: st} }
+// NewDirectory returns a Directory over st that takes a node silent for
+// longer than maxQuiet for one that does not answer (0: never).
+func NewDirectory(st Store, maxQuiet time.Duration) *Directory {
+	return &Directory{st: st, maxQuiet: maxQuiet}
+}
 
 // Nodes returns every node, at most a second old.
-func (d *Directory) Nodes(ctx context.Context) ([]Node, error) { return d.cache.get(ctx, d.st) }
+func (d *Directory) Nodes(ctx context.Context) ([]Node, error) {
+	return d.cache.get(ctx, d.st, cacheTTL)
+}
 
 // Node returns the node called name; errdefs.ErrNotFound if the catalog
-// has none.
+// has none. A node the listing lacks is looked for again in a fresh one
+// (it may have registered within the second).
 func (d *Directory) Node(ctx context.Context, name string) (Node, error) {
-	ns, err := d.Nodes(ctx)
-	if err != nil {
-		return Node{}, err
-	}
-	for _, n := range ns {
-		if n.Name == name {
-			return n, nil
+	for _, maxAge := range []time.Duration{cacheTTL, missTTL} {
+		ns, err := d.cache.get(ctx, d.st, maxAge)
+		if err != nil {
+			return Node{}, err
+		}
+		for _, n := range ns {
+			if n.Name == name {
+				return n, nil
+			}
 		}
 	}
 	return Node{}, fmt.Errorf("node %s: %w", name, errdefs.ErrNotFound)
+}
+
+// Answering returns nil if n is expected to answer requests: it serves
+// (live or draining) and has heartbeat within maxQuiet. Otherwise it is
+// errdefs.ErrUnavailable naming the node and why: a node that accepts
+// connections and never answers (a stopped process, a partition) is
+// refused at once, not waited on. A quiet node is refused only when the
+// catalog is known to take heartbeats: another node's is recent, and
+// this front has not failed to read the catalog lately. When every node
+// is quiet, the catalog is more likely in trouble (down, or too slow for
+// heartbeats) than every node frozen, and refusing them all would stop
+// the cluster for nothing.
+func (d *Directory) Answering(n Node) error {
+	if !n.Serving() {
+		return fmt.Errorf("node %s is %s: %w", n.Name, n.State, errdefs.ErrUnavailable)
+	}
+	now := time.Now()
+	q := n.QuietFor(now)
+	if d.maxQuiet <= 0 || q <= d.maxQuiet || now.Sub(d.cache.failedAt()) < d.maxQuiet ||
+		now.Sub(d.cache.heardAt()) > d.maxQuiet {
+		return nil
+	}
+	return fmt.Errorf("node %s is not answering: no heartbeat for %v: %w", n.Name, q.Round(100*time.Millisecond), errdefs.ErrUnavailable)
 }

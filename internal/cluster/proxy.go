@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/edge"
@@ -30,6 +31,10 @@ type Proxy struct {
 	token string
 	tr    *http.Transport
 	log   *slog.Logger
+
+	mu       sync.Mutex
+	next     uint64
+	inFlight map[string]map[uint64]context.CancelCauseFunc // by node
 }
 
 // Fail writes err (an errdefs class) as a front's error answer, in the
@@ -40,7 +45,7 @@ type Fail func(w http.ResponseWriter, r *http.Request, err error)
 func NewProxy(token string, log *slog.Logger) *Proxy {
 	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &Proxy{
-		token: token, log: log,
+		token: token, log: log, inFlight: map[string]map[uint64]context.CancelCauseFunc{},
 		tr: &http.Transport{
 			DialContext: d.DialContext, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second,
 			TLSHandshakeTimeout: 5 * time.Second, ExpectContinueTimeout: time.Second,
@@ -70,6 +75,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 		fail(w, r, fmt.Errorf("node %s has a bad URL in the catalog: %w", n.Name, err))
 		return
 	}
+	ctx, done := p.track(r.Context(), n.Name)
+	defer done()
+	r = r.WithContext(ctx)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -89,6 +97,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 		Transport:     p.tr,
 		FlushInterval: -1, // streams: every write at once
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if cut := context.Cause(r.Context()); errors.Is(cut, errdefs.ErrUnavailable) {
+				p.log.Warn("proxying to node: cut off", "node", n.Name, "url", n.URL, "err", cut)
+				fail(w, r, cut)
+				return
+			}
 			if r.Context().Err() != nil {
 				return // the client went away: nobody to answer
 			}
@@ -110,14 +123,20 @@ var ErrNotDelivered = errors.New("request not delivered")
 // answer, for a caller that may try another node. A node that does not
 // answer is errdefs.ErrUnavailable naming it, and also ErrNotDelivered
 // when it could not be connected to.
-func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) (*http.Response, error) {
+func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) (resp *http.Response, err error) {
 	u, err := url.Parse(n.URL)
 	if err != nil {
 		return nil, fmt.Errorf("node %s has a bad URL in the catalog: %w", n.Name, err)
 	}
 	u = u.JoinPath(r.URL.Path)
 	u.RawQuery = r.URL.RawQuery
-	out, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	tctx, done := p.track(ctx, n.Name)
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	out, err := http.NewRequestWithContext(tctx, r.Method, u.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("making the request to node %s: %w", n.Name, err)
 	}
@@ -128,10 +147,14 @@ func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) 
 	}
 	out.Header.Set(TokenHeader, p.token)
 	out.Header.Set(RequestIDHeader, edge.RequestID(ctx))
-	resp, err := p.tr.RoundTrip(out)
+	resp, err = p.tr.RoundTrip(out)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if cut := context.Cause(tctx); errors.Is(cut, errdefs.ErrUnavailable) {
+			p.log.Warn("sending to node: cut off", "node", n.Name, "url", n.URL, "err", cut)
+			return nil, cut
 		}
 		p.log.Warn("sending to node", "node", n.Name, "url", n.URL, "err", err)
 		if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
@@ -139,7 +162,88 @@ func (p *Proxy) Send(ctx context.Context, r *http.Request, body []byte, n Node) 
 		}
 		return nil, fmt.Errorf("node %s is not answering: %w", n.Name, errdefs.ErrUnavailable)
 	}
+	resp.Body = doneBody{resp.Body, done}
 	return resp, nil
+}
+
+// doneBody calls done once the body is closed: the request is in flight
+// until then.
+type doneBody struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b doneBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.done()
+	return err
+}
+
+// track registers a request to node in flight: Watch cancels ctx (the
+// request's) if the node stops answering. done, which may be called more
+// than once, unregisters it.
+func (p *Proxy) track(ctx context.Context, node string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p.mu.Lock()
+	p.next++
+	id := p.next
+	if p.inFlight[node] == nil {
+		p.inFlight[node] = map[uint64]context.CancelCauseFunc{}
+	}
+	p.inFlight[node][id] = cancel
+	p.mu.Unlock()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			p.mu.Lock()
+			delete(p.inFlight[node], id)
+			if len(p.inFlight[node]) == 0 {
+				delete(p.inFlight, node)
+			}
+			p.mu.Unlock()
+			cancel(nil)
+		})
+	}
+}
+
+// Watch cuts, every tick until ctx ends, the requests in flight to nodes
+// that stopped answering (Directory.Answering: silent for too long, or
+// marked lost): their clients get errdefs.ErrUnavailable naming the node
+// instead of waiting on a node that accepted the connection and will not
+// answer (a stopped process, a partition). Streams and WebSockets to such
+// a node are cut likewise; those to answering nodes run for as long as
+// they last.
+func (p *Proxy) Watch(ctx context.Context, d *Directory, tick time.Duration) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.mu.Lock()
+		names := make([]string, 0, len(p.inFlight))
+		for name := range p.inFlight {
+			names = append(names, name)
+		}
+		p.mu.Unlock()
+		for _, name := range names {
+			n, err := d.Node(ctx, name)
+			if err != nil {
+				continue // the catalog cannot say: no proof the node is gone
+			}
+			why := d.Answering(n)
+			if why == nil {
+				continue
+			}
+			p.mu.Lock()
+			for _, cancel := range p.inFlight[name] {
+				cancel(why)
+			}
+			p.mu.Unlock()
+		}
+	}
 }
 
 // CopyResponse writes a node's answer to w.

@@ -75,13 +75,19 @@ type Cluster struct {
 	// restore them (KILN_SNAPSHOT_DIR, --snapshot-dir; docs/snapshots.md).
 	// "" keeps them in the node's data dir, restorable there only.
 	SnapshotDir string
+	// DrainTimeout is how long a node that got SIGTERM waits for its
+	// sandboxes to end, marked draining (no new creates), before it exits
+	// leaving the rest running for its next start (KILN_DRAIN_TIMEOUT,
+	// --drain-timeout; default 30s; 0 exits at once).
+	DrainTimeout time.Duration
 }
 
 // TokenMinLength is the shortest cluster token accepted.
 const TokenMinLength = 32
 
 func defaultCluster() Cluster {
-	return Cluster{Role: RoleAll, Heartbeat: 2 * time.Second, LostAfter: 5, Slots: 256, PlacementK: 3}
+	return Cluster{Role: RoleAll, Heartbeat: 2 * time.Second, LostAfter: 5, Slots: 256, PlacementK: 3,
+		DrainTimeout: 30 * time.Second}
 }
 
 func clusterFromEnv(c Cluster) Cluster {
@@ -95,12 +101,14 @@ func clusterFromEnv(c Cluster) Cluster {
 		}
 	}
 	// Malformed numbers are kept as invalid values for validate.
-	if v := os.Getenv("KILN_HEARTBEAT_INTERVAL"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			d = -1
+	for dst, key := range map[*time.Duration]string{&c.Heartbeat: "KILN_HEARTBEAT_INTERVAL", &c.DrainTimeout: "KILN_DRAIN_TIMEOUT"} {
+		if v := os.Getenv(key); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				d = -1
+			}
+			*dst = d
 		}
-		c.Heartbeat = d
 	}
 	for dst, key := range map[*int]string{&c.LostAfter: "KILN_NODE_LOST_AFTER", &c.Slots: "KILN_NODE_SLOTS", &c.PlacementK: "KILN_PLACEMENT_K"} {
 		if v := os.Getenv(key); v != "" {
@@ -169,6 +177,9 @@ func (c Cluster) validate(store string) error {
 	if c.Role == RoleNode {
 		if c.NodeName != "" && !ValidNodeName(c.NodeName) {
 			errs = append(errs, fmt.Errorf("node name %q (KILN_NODE_NAME, --node-name): want up to 63 letters, digits, '.', '_' or '-'", c.NodeName))
+		}
+		if c.DrainTimeout < 0 || c.DrainTimeout > 24*time.Hour {
+			errs = append(errs, errors.New("drain timeout (KILN_DRAIN_TIMEOUT, --drain-timeout) must be a duration between 0 and 24h"))
 		}
 		if c.Slots < 1 || c.Slots > 100000 {
 			errs = append(errs, errors.New("node slots (KILN_NODE_SLOTS, --node-slots) must be between 1 and 100000"))

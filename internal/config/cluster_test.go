@@ -47,6 +47,9 @@ func TestClusterValidate(t *testing.T) {
 		{"registry with a tag", node(func(c *Cluster) { c.Registry = "reg.io/kiln:v1" }), pg, "cluster registry"},
 		{"registry URL", node(func(c *Cluster) { c.Registry = "https://reg.io/kiln" }), pg, "cluster registry"},
 		{"registry too long", node(func(c *Cluster) { c.Registry = "reg.io/" + strings.Repeat("k", 200) }), pg, "cluster registry"},
+		{"no drain", node(func(c *Cluster) { c.DrainTimeout = 0 }), pg, ""},
+		{"negative drain", node(func(c *Cluster) { c.DrainTimeout = -1 }), pg, "drain timeout"},
+		{"drain of days", node(func(c *Cluster) { c.DrainTimeout = 48 * time.Hour }), pg, "drain timeout"},
 		{"front with K 0", node(func(c *Cluster) { c.Role, c.PlacementK = RoleFront, 0 }), pg, "placement sample size"},
 		{"shared snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "/srv/kiln-shared" }), pg, ""},
 		{"relative snapshot dir", node(func(c *Cluster) { c.SnapshotDir = "shared" }), pg, "clean absolute path"},
@@ -61,5 +64,19 @@ func TestClusterValidate(t *testing.T) {
 				t.Errorf("validate = %v, want an error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestDrainTimeoutFromEnv: KILN_DRAIN_TIMEOUT is a duration (default
+// 30s); a malformed one is kept invalid for validate.
+func TestDrainTimeoutFromEnv(t *testing.T) {
+	if got := defaultCluster().DrainTimeout; got != 30*time.Second {
+		t.Errorf("default drain timeout %v, want 30s", got)
+	}
+	for in, want := range map[string]time.Duration{"0": 0, "2m": 2 * time.Minute, "soon": -1} {
+		t.Setenv("KILN_DRAIN_TIMEOUT", in)
+		if got := clusterFromEnv(defaultCluster()).DrainTimeout; got != want {
+			t.Errorf("KILN_DRAIN_TIMEOUT=%s: %v, want %v", in, got, want)
+		}
 	}
 }

@@ -106,6 +106,9 @@ type Manager struct {
 
 	images imageHooks // the image seam (below); guarded by mu
 
+	// refusing, once set, is why Create refuses new sandboxes (Drain).
+	refusing atomic.Pointer[string]
+
 	// specCaps, set by tests, replaces the capability set of new
 	// sandboxes (to make images as an older Kiln did).
 	specCaps []string
@@ -279,6 +282,9 @@ func (m *Manager) pruneAgents() {
 // and one a pooled sandbox or a warm checkpoint can serve, goes through
 // the image seam.
 func (m *Manager) Create(ctx context.Context, opts CreateOptions) (Sandbox, error) {
+	if why := m.refusing.Load(); why != nil {
+		return Sandbox{}, fmt.Errorf("%s: %w", *why, errdefs.ErrUnavailable)
+	}
 	sb, err := m.create(ctx, opts)
 	if err == nil && opts.AutoPause && opts.AutoPauseFiles {
 		if err := m.markAutoPauseFiles(sb.ID); err != nil {
@@ -569,6 +575,23 @@ func (m *Manager) Get(ctx context.Context, id ID) (Sandbox, error) {
 func (m *Manager) Ending(id ID) bool {
 	b, err := m.box(id)
 	return err == nil && b.ending.Load()
+}
+
+// Drain makes Create refuse new sandboxes from now on, as unavailable
+// with reason (a cluster node that is stopping: fronts place the create
+// elsewhere). The sandboxes the Manager has keep running and serving;
+// Active says how many are left.
+func (m *Manager) Drain(reason string) { m.refusing.Store(&reason) }
+
+// Active is how many of the Manager's sandboxes have not ended.
+func (m *Manager) Active() int {
+	n := 0
+	for _, sb := range m.Live() {
+		if !sb.State.Terminal() {
+			n++
+		}
+	}
+	return n
 }
 
 // Live returns the sandboxes this Manager runs, oldest first.

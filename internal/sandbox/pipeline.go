@@ -10,6 +10,7 @@ import (
 
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
 	"github.com/kiln-sh/kiln/internal/agentapi/wire"
+	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
 	"github.com/kiln-sh/kiln/internal/rootfs"
 	"github.com/kiln-sh/kiln/internal/template"
@@ -98,10 +99,12 @@ func (m *Manager) enroll(ctx context.Context, path string, b *box, q *Quota, c *
 			return err
 		}
 		c.add(func(context.Context) error { m.forget(id); return nil })
+		// Undone even when the write failed: it may have been committed
+		// without its answer arriving (a catalog that went down).
+		c.add(func(ctx context.Context) error { return m.deleteRecord(ctx, id) })
 		if err := m.store.PutSandbox(ctx, b.rec); err != nil {
 			return fmt.Errorf("recording sandbox: %w", err)
 		}
-		c.add(func(ctx context.Context) error { return m.store.DeleteSandbox(ctx, id) })
 	}
 	if err := m.fault(path, stageDir, id); err != nil {
 		return err
@@ -110,6 +113,36 @@ func (m *Manager) enroll(ctx context.Context, path string, b *box, q *Quota, c *
 		return fmt.Errorf("creating sandbox dir: %w", err)
 	}
 	c.add(func(context.Context) error { return os.RemoveAll(b.dir) })
+	return nil
+}
+
+// deleteRecord deletes the record of a create being unwound. A catalog
+// that is unavailable (down, restarting) gets it retried in the
+// background until it takes it or the Manager closes: no record may
+// outlive its sandbox. A node that stops first leaves the record to its
+// next start, whose adoption fails records without a sandbox.
+func (m *Manager) deleteRecord(ctx context.Context, id ID) error {
+	err := m.store.DeleteSandbox(ctx, id)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		return err
+	}
+	m.log.Warn("the catalog is unavailable: deleting the record of a failed create once it is back", "sandbox_id", id, "err", err)
+	go func() {
+		for {
+			select {
+			case <-m.done:
+				return
+			case <-time.After(time.Second):
+			}
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := m.store.DeleteSandbox(dctx, id)
+			cancel()
+			if err == nil {
+				m.log.Info("deleted the record of a failed create", "sandbox_id", id)
+				return
+			}
+		}
+	}()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type front struct {
 	volumes volume.Store
 	dir     *cluster.Directory
 	proxy   *cluster.Proxy
+	stop    context.CancelFunc // ends the proxy's watch
 	k       int
 	routes  routes
 	domain  string
@@ -72,6 +74,13 @@ func (c frontRecords) List(ctx context.Context, f sandbox.Filter) ([]sandbox.San
 	return c.st.ListSandboxes(ctx, f)
 }
 
+// quietNodes is how many heartbeat intervals a node may miss before a
+// front refuses requests to it at once and cuts those in flight: a node
+// that accepts connections but does not answer (stopped, cut off) fails
+// them in about this long, not when the client gives up. Nodes are
+// marked lost much later (KILN_NODE_LOST_AFTER).
+const quietNodes = 3
+
 // reserveTTL bounds how long a placement's reservation holds a slot if
 // its front dies before releasing it.
 const reserveTTL = 2 * time.Minute
@@ -85,11 +94,15 @@ const reserveTTL = 2 * time.Minute
 func NewFront(o FrontOptions) *Server {
 	s := New(Options{Keys: o.Keys, Log: o.Log, Config: o.Config, Version: o.Version, Nodes: o.Nodes, Metrics: o.Metrics})
 	s.records = frontRecords{o.Records}
+	hb := o.Config.Cluster.Heartbeat
 	s.front = &front{
-		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes), k: o.Config.Cluster.PlacementK,
+		store: o.Records, nodes: o.Nodes, dir: cluster.NewDirectory(o.Nodes, quietNodes*hb), k: o.Config.Cluster.PlacementK,
 		catalog: &template.Catalog{Store: o.Templates}, volumes: o.Volumes,
 		proxy: cluster.NewProxy(o.Config.Cluster.Token, s.log), domain: o.Domain,
 	}
+	var ctx context.Context
+	ctx, s.front.stop = context.WithCancel(context.Background())
+	go s.front.proxy.Watch(ctx, s.front.dir, max(hb/2, 100*time.Millisecond))
 	s.mux, s.routes = http.NewServeMux(), nil
 	s.registerFront()
 	s.handler = s.edge.Handler(s.frontE2B(s.mux))
@@ -125,9 +138,12 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// A sandbox routed before, on a live node: no catalog read.
+	// A sandbox routed before, on a node that serves: no catalog read.
 	if rt, ok := s.front.routes.get(id); ok && rt.owner == caller(r).ID {
-		if n, err := s.front.dir.Node(r.Context(), rt.node); err == nil && n.State == cluster.NodeLive && n.StartedAt.Equal(rt.started) {
+		if n, err := s.front.dir.Node(r.Context(), rt.node); err == nil && n.Serving() && n.StartedAt.Equal(rt.started) {
+			if err := s.front.dir.Answering(n); err != nil {
+				return fmt.Errorf("sandbox %s: %w", id, err)
+			}
 			s.front.proxy.Forward(w, r, n, s.writeError)
 			return nil
 		}
@@ -206,8 +222,11 @@ func (s *Server) toVolumeNode(w http.ResponseWriter, r *http.Request, ref string
 // toNodeOf proxies r to the node that holds volume v.
 func (s *Server) toNodeOf(w http.ResponseWriter, r *http.Request, v volume.Volume, fail cluster.Fail) error {
 	n, err := s.front.dir.Node(r.Context(), v.Node)
-	if err != nil || n.State != cluster.NodeLive {
-		return fmt.Errorf("volume %s: its node %s is not live: %w", v.Name, v.Node, errdefs.ErrUnavailable)
+	if err != nil {
+		return fmt.Errorf("volume %s: its node %s: %w", v.Name, v.Node, err)
+	}
+	if err := s.front.dir.Answering(n); err != nil {
+		return fmt.Errorf("volume %s: %w", v.Name, err)
 	}
 	s.front.proxy.Forward(w, r, n, fail)
 	return nil
@@ -226,7 +245,7 @@ func (s *Server) toAnyNode(w http.ResponseWriter, r *http.Request, fail cluster.
 	}
 	var live []cluster.Node
 	for _, n := range ns {
-		if n.State == cluster.NodeLive {
+		if n.State == cluster.NodeLive && s.front.dir.Answering(n) == nil {
 			live = append(live, n)
 		}
 	}
@@ -339,6 +358,15 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	if err != nil {
 		return fmt.Errorf("reading the node registry: %w", err)
 	}
+	// A live node that stopped heartbeating (frozen, cut off) would hold
+	// the create until the client gives up. (The directory's listing, at
+	// most a second old, says whether the catalog takes heartbeats.)
+	if _, err := s.front.dir.Nodes(r.Context()); err != nil {
+		return err
+	}
+	nodes = slices.DeleteFunc(nodes, func(n cluster.Node) bool {
+		return n.State == cluster.NodeLive && s.front.dir.Answering(n) != nil
+	})
 	order, err := cluster.Place(nodes, want, s.front.k)
 	if err != nil {
 		return fmt.Errorf("placing the sandbox: %w", err)
@@ -416,6 +444,7 @@ func keepRefusal(resp *http.Response) *http.Response {
 // CloseFront drops the front's idle connections to nodes.
 func (s *Server) CloseFront() {
 	if s.front != nil {
+		s.front.stop()
 		s.front.proxy.Close()
 	}
 }

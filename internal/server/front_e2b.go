@@ -8,7 +8,6 @@ import (
 	"net/http"
 
 	"github.com/kiln-sh/kiln/api"
-	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -45,7 +44,8 @@ func (s *Server) frontE2B(next http.Handler) http.Handler {
 
 // frontE2BData proxies a data-plane request to the node of sandbox id;
 // the node checks the access token. A sandbox that is not running, or
-// whose node is lost or does not answer, is E2B's 502.
+// whose node is lost or does not answer, is E2B's 502; a catalog that is
+// down is a 503 (the sandbox may be fine).
 func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID string, port int) {
 	r.Pattern = "E2B data plane (front)"
 	edge.StreamBody(r)
@@ -66,12 +66,20 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 		}
 	}
 	sb, err := s.front.store.GetSandbox(r.Context(), id)
+	if errors.Is(err, errdefs.ErrUnavailable) { // the catalog is down: the sandbox may be fine
+		e2b.WriteProblem(w, r, s.edge, err)
+		return
+	}
 	if err != nil || sb.State.Terminal() {
 		e2b.WriteGone(w, rawID)
 		return
 	}
 	n, err := s.front.dir.Node(r.Context(), sb.Node)
-	if err != nil || n.State != cluster.NodeLive {
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		e2b.WriteProblem(w, r, s.edge, err)
+		return
+	}
+	if err != nil || s.front.dir.Answering(n) != nil {
 		e2b.WriteGone(w, rawID)
 		return
 	}

@@ -14,7 +14,7 @@ import (
 // after another front (or its node) changed it under a move.
 const maxMoveTries = 3
 
-// liveNodeOf is the live node to send an owner's request about sb to: its
+// liveNodeOf is the serving (live or draining, and answering) node to send an owner's request about sb to: its
 // node; or, when its node is not live (lost) and sb is paused with its
 // image in the shared snapshot dir, another live node with sb's runtime,
 // to which sb's record is moved first. The move is a compare-and-swap on
@@ -29,8 +29,14 @@ func (s *Server) liveNodeOf(ctx context.Context, sb sandbox.Sandbox) (cluster.No
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return n, fmt.Errorf("sandbox %s: its node %s is not in the catalog: %w", sb.ID, sb.Node, errdefs.ErrUnavailable)
 		}
-		if err != nil || n.State == cluster.NodeLive {
+		if err != nil {
 			return n, err
+		}
+		if n.Serving() {
+			if err := s.front.dir.Answering(n); err != nil {
+				return n, fmt.Errorf("sandbox %s: %w", sb.ID, err)
+			}
+			return n, nil
 		}
 		if sb.State != sandbox.StatePaused || sb.Image == "" {
 			return n, fmt.Errorf("sandbox %s: its node %s is %s: %w", sb.ID, n.Name, n.State, errdefs.ErrUnavailable)

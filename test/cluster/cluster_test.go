@@ -105,7 +105,7 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	// 12 sandboxes, 6 through each front, 4 at a time.
+	// 30 sandboxes, 15 through each front, 4 at a time.
 	create := func(n int) []string {
 		t.Helper()
 		ids := make([]string, n)
@@ -132,8 +132,8 @@ func TestCluster(t *testing.T) {
 		return ids
 	}
 	start := time.Now()
-	ids := create(12)
-	t.Logf("12 creates in %v", time.Since(start).Round(time.Millisecond))
+	ids := create(30)
+	t.Logf("30 creates through the fronts in %v", time.Since(start).Round(time.Millisecond))
 	spread := map[string][]string{}
 	for _, id := range ids {
 		n := w.nodeOf(id)
@@ -141,7 +141,7 @@ func TestCluster(t *testing.T) {
 	}
 	for _, n := range []string{"node-a", "node-b", "node-c"} {
 		if len(spread[n]) < 2 {
-			t.Errorf("node %s got %d of 12 sandboxes, want at least 2 (spread %v)", n, len(spread[n]), counts(spread))
+			t.Errorf("node %s got %d of %d sandboxes, want at least 2 (spread %v)", n, len(spread[n]), len(ids), counts(spread))
 		}
 	}
 	if len(spread["node-a"]) > 2 {
@@ -199,7 +199,7 @@ func TestCluster(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("used 12 sandboxes in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("used %d sandboxes in %v", len(ids), time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("streams, PTY, WebSocket and cancellation through a front", func(t *testing.T) {

@@ -195,12 +195,22 @@ func (w *world) waitLive(names ...string) {
 // still runs and stops every process (printing their warnings if t failed).
 func newWorld(t *testing.T) *world {
 	t.Helper()
+	return newWorldOn(t, "")
+}
+
+// newWorldOn is newWorld on the catalog at pg ("": a fresh schema of the
+// suite's PostgreSQL).
+func newWorldOn(t *testing.T, pg string) *world {
+	t.Helper()
 	ocitest.RequireRoot(t)
 	_, err := template.Lookup(config.FromEnv().DataDir, "base")
 	ocitest.Require(t, err == nil, fmt.Sprintf("base template not built (make setup): %v", err))
 	tok := make([]byte, 24)
 	_, _ = rand.Read(tok)
-	w := &world{t: t, kiln: servetest.Build(t), pg: pgtest.URL(t), token: hex.EncodeToString(tok)}
+	if pg == "" {
+		pg = pgtest.URL(t)
+	}
+	w := &world{t: t, kiln: servetest.Build(t), pg: pg, token: hex.EncodeToString(tok)}
 	if w.catalog, err = postgres.Open(t.Context(), w.pg); err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +238,9 @@ func newWorld(t *testing.T) *world {
 
 // firstFront starts the cluster's first process, a front, which makes the
 // admin key on the empty catalog (w.key); start the others after it.
-func (w *world) firstFront(name string) *proc {
+func (w *world) firstFront(name string, env ...string) *proc {
 	w.t.Helper()
-	p := w.start(name, config.RoleFront, "")
+	p := w.start(name, config.RoleFront, "", env...)
 	w.ready(p)
 	select {
 	case w.key = <-p.key:

@@ -13,29 +13,36 @@ import (
 
 var _ cluster.Store = (*Store)(nil)
 
-// Heartbeat records n as live now (the database's clock). The row's
-// previous state is read in the same statement.
+// Heartbeat records n as live (or draining) now, on the database's clock.
+// The row's previous state is read in the same statement.
 func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	runtimes, templates, builds := n.JSONLists()
 	var prev *string
 	err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT state FROM nodes WHERE name = $1)
 		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
-		VALUES ($1, $2, 'live', '', $3, $4, $5, $6::jsonb, $7::jsonb, $9::jsonb, $8, now())
-		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
+		VALUES ($1, $2, $10, '', $3, $4, $5, $6::jsonb, $7::jsonb, $9::jsonb, $8, now())
+		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = excluded.state, reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
 			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = now()
 		RETURNING (SELECT state FROM prev)`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt, builds).Scan(&prev)
+		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt, builds, n.BeatState()).Scan(&prev)
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
 	return prev != nil && *prev == cluster.NodeLost, nil
 }
 
+// catalogStart is when the database (re)started, on its clock: a node's
+// silence counts from its last heartbeat or from then, whichever is later,
+// so the heartbeats nodes could not write while the database was down are
+// not held against them.
+const catalogStart = `pg_postmaster_start_time()`
+
 // Nodes returns every node with its load.
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.pool, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
 		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
+		extract(epoch FROM now() - greatest(n.heartbeat_at, `+catalogStart+`))::float8,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > now())
 		FROM nodes n LEFT JOIN (
@@ -49,16 +56,20 @@ func scanNode(row scanner) (cluster.Node, error) {
 	var (
 		n                           cluster.Node
 		runtimes, templates, builds []byte
+		quiet                       float64
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
-		&n.StartedAt, &n.HeartbeatAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&n.StartedAt, &n.HeartbeatAt, &quiet, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = n.StartedAt.UTC(), n.HeartbeatAt.UTC()
+	n.Quiet, n.ReadAt = time.Duration(quiet*float64(time.Second)), time.Now()
 	return n, n.DecodeLists(runtimes, templates, builds)
 }
 
-// MarkLost marks silent nodes lost, with their sandboxes. The rows are
+// MarkLost marks silent nodes lost, with their sandboxes: live or draining
+// nodes without a heartbeat for silence since they last wrote one or
+// since the database started, whichever is later. The rows are
 // taken FOR UPDATE SKIP LOCKED: a node another sweeper is marking (or
 // whose heartbeat is being written) is left to it, so no node is marked
 // twice and no sweeper waits on another.
@@ -69,7 +80,7 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 	}
 	defer tx.Rollback(ctx)
 	rows, err := tx.Query(ctx, `SELECT name, heartbeat_at FROM nodes
-		WHERE state = 'live' AND heartbeat_at < now() - make_interval(secs => $1)
+		WHERE state IN ('live', 'draining') AND greatest(heartbeat_at, `+catalogStart+`) < now() - make_interval(secs => $1)
 		ORDER BY name FOR UPDATE SKIP LOCKED`, silence.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("finding silent nodes: %w", err)
@@ -190,7 +201,7 @@ func (s *Store) Release(ctx context.Context, id string) error {
 // live again concurrently is ordered with it by the row lock.
 func (s *Store) MoveSandbox(ctx context.Context, id, from, to string) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE sandboxes SET node = $3 WHERE id = $1 AND node = $2 AND state = 'paused'
-		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = $2 AND state = 'live' FOR SHARE)`, id, from, to)
+		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = $2 AND state IN ('live', 'draining') FOR SHARE)`, id, from, to)
 	if err != nil {
 		return fmt.Errorf("moving sandbox %s to node %s: %w", id, to, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -30,6 +31,10 @@ var (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// connectTimeout bounds connecting to the database unless the URL sets
+// connect_timeout.
+const connectTimeout = 5 * time.Second
+
 // migrationLock is the pg_advisory_xact_lock key that serialises schema
 // migrations when several kiln serve processes start at once.
 const migrationLock = 0x6b696c6e // "kiln"
@@ -37,7 +42,7 @@ const migrationLock = 0x6b696c6e // "kiln"
 // Store is a PostgreSQL database holding sandbox, API key and template
 // records. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
+	pool db
 }
 
 // Open connects to the database at url (postgres://… or postgresql://…;
@@ -49,15 +54,23 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// pgx redacts the password from its parse errors.
 		return nil, fmt.Errorf("parsing postgres url: %w: %w", errdefs.ErrInvalidArgument, err)
 	}
+	// A database that cannot be reached (a partition, a host that is
+	// gone) fails a connection in this long rather than when the system
+	// gives up on it, minutes later: the catalog is unavailable.
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to postgres: %w", err)
 	}
+	// The whole cause for the operator: this error is not an API
+	// client's.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connecting to postgres: %w: %w", errdefs.ErrUnavailable, err)
 	}
-	s := &Store{pool: pool}
+	s := &Store{pool: newDB(pool)}
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err

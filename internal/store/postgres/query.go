@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -35,7 +34,7 @@ func where(filters ...eq) (string, []any) {
 
 // queryAll runs q on pool and scans every row; what names the records in
 // errors.
-func queryAll[T any](ctx context.Context, pool *pgxpool.Pool, what string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
+func queryAll[T any](ctx context.Context, pool db, what string, scan func(scanner) (T, error), q string, args ...any) ([]T, error) {
 	rows, err := pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", what, err)

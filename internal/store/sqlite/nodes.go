@@ -31,11 +31,11 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
-		VALUES (?, ?, 'live', '', ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = 'live', reason = '', cpus = excluded.cpus,
+		VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = excluded.state, reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
 			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, builds, micros(n.StartedAt), micros(time.Now()))
+		n.Name, n.URL, n.BeatState(), n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, builds, micros(n.StartedAt), micros(time.Now()))
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -69,6 +69,8 @@ func scanNode(row scanner) (cluster.Node, error) {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = fromMicros(started), fromMicros(heartbeat)
+	n.ReadAt = time.Now()
+	n.Quiet = n.ReadAt.Sub(n.HeartbeatAt) // one machine: one clock
 	return n, n.DecodeLists([]byte(runtimes), []byte(templates), []byte(builds))
 }
 
@@ -86,7 +88,7 @@ func (s *Store) MarkLost(ctx context.Context, silence time.Duration) ([]cluster.
 	}
 	defer tx.Rollback()
 	now := time.Now()
-	rows, err := tx.QueryContext(ctx, `SELECT name, heartbeat_at FROM nodes WHERE state = 'live' AND heartbeat_at < ? ORDER BY name`,
+	rows, err := tx.QueryContext(ctx, `SELECT name, heartbeat_at FROM nodes WHERE state IN ('live', 'draining') AND heartbeat_at < ? ORDER BY name`,
 		micros(now.Add(-silence)))
 	if err != nil {
 		return nil, fmt.Errorf("finding silent nodes: %w", err)
@@ -204,7 +206,7 @@ func (s *Store) Release(ctx context.Context, id string) error {
 // which is not live, to node to, in one statement (a compare-and-swap).
 func (s *Store) MoveSandbox(ctx context.Context, id, from, to string) error {
 	res, err := s.w.ExecContext(ctx, `UPDATE sandboxes SET node = ? WHERE id = ? AND node = ? AND state = 'paused'
-		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = ? AND state = 'live')`, to, id, from, from)
+		AND image <> '' AND NOT EXISTS (SELECT 1 FROM nodes WHERE name = ? AND state IN ('live', 'draining'))`, to, id, from, from)
 	if err != nil {
 		return fmt.Errorf("moving sandbox %s to node %s: %w", id, to, err)
 	}

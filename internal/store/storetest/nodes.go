@@ -80,12 +80,33 @@ func testNodeRegistry(t *testing.T, s store.Backend) {
 	wantA.State, wantA.Sandboxes, wantA.AllocatedCPUs, wantA.AllocatedMemoryBytes = cluster.NodeLive, 2, 2, 1<<30
 	wantB := b
 	wantB.State, wantB.Templates, wantB.Builds = cluster.NodeLive, []string{}, []string{}
-	ignore := cmpopts.IgnoreFields(cluster.Node{}, "HeartbeatAt")
+	ignore := cmpopts.IgnoreFields(cluster.Node{}, "HeartbeatAt", "Quiet", "ReadAt")
 	if diff := cmp.Diff(wantA, got["node-a"], ignore); diff != "" {
 		t.Errorf("node-a (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(wantB, got["node-b"], ignore); diff != "" {
 		t.Errorf("node-b (-want +got):\n%s", diff)
+	}
+	for _, n := range got {
+		if q := n.QuietFor(time.Now()); q < -time.Minute || q > time.Minute {
+			t.Errorf("%s: quiet for %v just after its heartbeat", n.Name, q)
+		}
+	}
+
+	// A draining node says so at each heartbeat and takes no new
+	// reservation; a plain heartbeat (its next start) makes it live.
+	d := b
+	d.State = cluster.NodeDraining
+	heartbeat(t, s, d)
+	if n := nodes(t, s)["node-b"]; n.State != cluster.NodeDraining || !n.Serving() {
+		t.Errorf("node-b after a draining heartbeat: state %q, want draining", n.State)
+	}
+	if _, err := s.Reserve(ctx(t), cluster.Reservation{Node: "node-b", Owner: "k"}, time.Minute); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Errorf("Reserve on a draining node: %v, want unavailable", err)
+	}
+	heartbeat(t, s, b)
+	if n := nodes(t, s)["node-b"]; n.State != cluster.NodeLive {
+		t.Errorf("node-b after a live heartbeat: state %q, want live", n.State)
 	}
 }
 

@@ -57,19 +57,26 @@ func Require(t testing.TB) {
 	t.Helper()
 	once.Do(func() {
 		if base = os.Getenv(EnvURL); base == "" {
-			srv, skip, failure = start()
+			srv, skip, failure = start(false)
 			if srv != nil {
 				base = srv.url
 			}
 		}
 	})
+	check(t, skip, failure)
+}
+
+// check skips t when there is no PostgreSQL (why), failing it instead
+// under CI=true, and fails it when the server did not start (err).
+func check(t testing.TB, why string, err error) {
+	t.Helper()
 	switch {
-	case skip != "" && os.Getenv("CI") == "true":
-		t.Fatalf("no PostgreSQL for the tests (CI=true, so not skipping): %s", skip)
-	case skip != "":
-		t.Skipf("no PostgreSQL for the tests: %s", skip)
-	case failure != nil:
-		t.Fatalf("starting PostgreSQL: %v", failure)
+	case why != "" && os.Getenv("CI") == "true":
+		t.Fatalf("no PostgreSQL for the tests (CI=true, so not skipping): %s", why)
+	case why != "":
+		t.Skipf("no PostgreSQL for the tests: %s", why)
+	case err != nil:
+		t.Fatalf("starting PostgreSQL: %v", err)
 	}
 }
 
@@ -115,13 +122,17 @@ func URL(t testing.TB) string {
 type server struct {
 	dir    string
 	url    string
+	bin    string
+	cred   *syscall.Credential
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
+	// durable servers commit synchronously (Private).
+	durable bool
 }
 
 // start initialises and starts a cluster in a temp dir. It returns a
 // reason to skip when PostgreSQL is not installed.
-func start() (*server, string, error) {
+func start(durable bool) (*server, string, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err.Error(), nil
@@ -142,49 +153,62 @@ func start() (*server, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("creating server dir: %w", err)
 	}
-	s := &server{dir: dir}
+	s := &server{dir: dir, bin: bin, cred: cred, durable: durable}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			s.stop()
 			return nil, "", fmt.Errorf("handing server dir to postgres: %w", err)
 		}
 	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres",
 		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		s.stop()
 		return nil, "", fmt.Errorf("running initdb: %w\n%s", err, out)
 	}
-	log, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		s.stop()
-		return nil, "", fmt.Errorf("creating server log: %w", err)
-	}
-	defer log.Close()
-	// Durability settings off: this server holds nothing worth keeping.
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-k", dir,
-		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200")
-	s.cmd.Stdout, s.cmd.Stderr = log, log
-	// Pdeathsig: a test binary that dies still takes its server along.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-	if err := s.cmd.Start(); err != nil {
-		s.stop()
-		return nil, "", fmt.Errorf("starting postgres: %w", err)
-	}
-	s.exited = make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	s.url = "postgres:///postgres?" + url.Values{
 		"host": {dir}, "user": {"postgres"}, "sslmode": {"disable"},
 	}.Encode()
-	if err := s.waitReady(); err != nil {
-		logs, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+	if err := s.run(); err != nil {
 		s.stop()
-		return nil, "", fmt.Errorf("%w\n%s", err, logs)
+		return nil, "", err
 	}
 	return s, "", nil
+}
+
+// run starts the server on its data dir and waits until it takes
+// connections.
+func (s *server) run() error {
+	log, err := os.OpenFile(filepath.Join(s.dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("creating server log: %w", err)
+	}
+	defer log.Close()
+	// Durability settings off: this server holds nothing worth keeping,
+	// and the machine does not crash under it. A server that is stopped
+	// at once (Stop) must keep what it committed: synchronous commits.
+	commit := "off"
+	if s.durable {
+		commit = "on"
+	}
+	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(s.dir, "data"), "-k", s.dir,
+		"-c", "listen_addresses=", "-c", "fsync=off", "-c", "synchronous_commit="+commit,
+		"-c", "full_page_writes=off", "-c", "max_connections=200")
+	s.cmd.Stdout, s.cmd.Stderr = log, log
+	// Pdeathsig: a test binary that dies still takes its server along.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT}
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("starting postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	s.exited = exited
+	go func() { _ = s.cmd.Wait(); close(exited) }()
+	if err := s.waitReady(); err != nil {
+		logs, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
+		return fmt.Errorf("%w\n%s", err, logs)
+	}
+	return nil
 }
 
 func (s *server) waitReady() error {
@@ -209,16 +233,63 @@ func (s *server) waitReady() error {
 
 // stop shuts the server down (fast mode: SIGINT) and removes its files.
 func (s *server) stop() {
-	if s.exited != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.exited:
-		case <-time.After(10 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
+	s.halt(syscall.SIGINT)
 	_ = os.RemoveAll(s.dir)
+}
+
+// halt stops the server, if it runs, with sig (SIGINT: fast shutdown,
+// SIGQUIT: immediate, as after a crash) and waits for it.
+func (s *server) halt(sig syscall.Signal) {
+	if s.exited == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(sig)
+	select {
+	case <-s.exited:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+	}
+	s.exited = nil
+}
+
+// Server is a PostgreSQL of one test's own, which it may stop and start
+// again (a restart drill): same data, same socket, same URL.
+type Server struct {
+	s *server
+}
+
+// Private starts a PostgreSQL server for t alone (skipping t, or failing
+// it under CI=true, without PostgreSQL); t's cleanup stops it and removes
+// its files. Register it before whatever must still reach it in its own
+// cleanup (cleanups run last first).
+func Private(t testing.TB) *Server {
+	t.Helper()
+	srv, why, err := start(true)
+	check(t, why, err)
+	t.Cleanup(srv.stop)
+	return &Server{srv}
+}
+
+// URL is the server's postgres:// URL (its postgres database, over its
+// unix socket).
+func (p *Server) URL() string { return p.s.url }
+
+// Stop stops the server at once, as pg_ctl stop -m immediate does: its
+// connections are cut, nothing is shut down cleanly (the next start
+// recovers).
+func (p *Server) Stop(t testing.TB) {
+	t.Helper()
+	p.s.halt(syscall.SIGQUIT)
+}
+
+// Start starts the stopped server again on the same data and socket, and
+// waits until it takes connections.
+func (p *Server) Start(t testing.TB) {
+	t.Helper()
+	if err := p.s.run(); err != nil {
+		t.Fatalf("restarting PostgreSQL: %v", err)
+	}
 }
 
 // binDir finds the directory with initdb and postgres: Debian's newest
