@@ -47,7 +47,7 @@ type proc struct {
 
 // world is the cluster: its catalog URL, token and processes.
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	kiln    string
 	pg      string
 	token   string
@@ -193,7 +193,7 @@ func (w *world) waitLive(names ...string) {
 // newWorld prepares an empty cluster on a fresh catalog database: a kiln
 // build, a cluster token, and a cleanup that kills what the catalog says
 // still runs and stops every process (printing their warnings if t failed).
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	ocitest.RequireRoot(t)
 	_, err := template.Lookup(config.FromEnv().DataDir, "base")
@@ -228,9 +228,9 @@ func newWorld(t *testing.T) *world {
 
 // firstFront starts the cluster's first process, a front, which makes the
 // admin key on the empty catalog (w.key); start the others after it.
-func (w *world) firstFront(name string) *proc {
+func (w *world) firstFront(name string, env ...string) *proc {
 	w.t.Helper()
-	p := w.start(name, config.RoleFront, "")
+	p := w.start(name, config.RoleFront, "", env...)
 	w.ready(p)
 	select {
 	case w.key = <-p.key:
