@@ -51,6 +51,12 @@ type Node struct {
 	StartedAt   time.Time
 	HeartbeatAt time.Time // the catalog's clock
 
+	// Pools are the node's ready pooled sandboxes by pool name (a
+	// template reference) as it last reported them (Store.SetNodePools),
+	// at PoolsAt (the catalog's clock): a hint for placement (pools.go).
+	Pools   map[string]int
+	PoolsAt time.Time
+
 	// Load, computed by Store.Nodes from the catalog's records: its
 	// sandboxes that have not ended, the placements reserved on it and
 	// not yet released or expired, and the limits its sandboxes hold.
@@ -92,6 +98,10 @@ type Store interface {
 	// reservation of its owner on its node, in the same transaction, so
 	// it is counted once, never twice nor not at all.
 	Release(ctx context.Context, id string) error
+	// SetNodePools records node's ready pooled sandboxes by pool name, at
+	// the store's now; Nodes returns them. An unknown node is
+	// errdefs.ErrNotFound.
+	SetNodePools(ctx context.Context, node string, ready map[string]int) error
 }
 
 // Reservation is what Store.Reserve is asked for one create.

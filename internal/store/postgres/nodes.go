@@ -36,7 +36,7 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 // Nodes returns every node with its load.
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.pool, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
-		n.slots, n.runtimes, n.templates, n.started_at, n.heartbeat_at,
+		n.slots, n.runtimes, n.templates, n.started_at, n.heartbeat_at, n.pools, n.pools_at,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > now())
 		FROM nodes n LEFT JOIN (
@@ -50,12 +50,23 @@ func scanNode(row scanner) (cluster.Node, error) {
 	var (
 		n                   cluster.Node
 		runtimes, templates []byte
+		pools               []byte
+		poolsAt             *time.Time
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates,
-		&n.StartedAt, &n.HeartbeatAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&n.StartedAt, &n.HeartbeatAt, &pools, &poolsAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = n.StartedAt.UTC(), n.HeartbeatAt.UTC()
+	if poolsAt != nil {
+		n.PoolsAt = poolsAt.UTC()
+	}
+	if err := json.Unmarshal(pools, &n.Pools); err != nil {
+		return n, fmt.Errorf("decoding node %s pools: %w", n.Name, err)
+	}
+	if len(n.Pools) == 0 {
+		n.Pools = nil
+	}
 	if err := json.Unmarshal(runtimes, &n.Runtimes); err != nil {
 		return n, fmt.Errorf("decoding node %s runtimes: %w", n.Name, err)
 	}
