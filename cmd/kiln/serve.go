@@ -80,6 +80,10 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 	fs.StringVar(&cl.Token, "cluster-token", cl.Token, "shared secret between fronts and nodes, 32+ characters (KILN_CLUSTER_TOKEN; prefer the environment)")
 	fs.StringVar(&cl.AdvertiseURL, "advertise-url", cl.AdvertiseURL, "URL fronts reach this node at (KILN_ADVERTISE_URL; default http://LISTEN)")
 	fs.IntVar(&cl.Slots, "node-slots", cl.Slots, "sandboxes this node takes (KILN_NODE_SLOTS)")
+	if cl.Pools == nil {
+		cl.Pools = config.ClusterPools{}
+	}
+	fs.Var(cl.Pools, "cluster-pool", `ready sandboxes per template across the cluster's live nodes, each node keeping its share rounded up, e.g. "code-interpreter=6" (KILN_CLUSTER_POOL; nodes only; docs/pools.md)`)
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -148,7 +152,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() {
 		defer close(warmed)
 		im.WarmTemplates(ctx)
-		if len(cfg.Server.Pools) > 0 && ctx.Err() == nil {
+		// With pools sized across a cluster, the node's heartbeat loop
+		// sizes and starts them (cluster.Member).
+		if len(cfg.Server.Pools) > 0 && len(cfg.Cluster.Pools) == 0 && ctx.Err() == nil {
 			im.StartPools(cfg.Server.Pools)
 		}
 	}()
@@ -183,7 +189,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClusterToken: clusterToken(cfg.Cluster), Nodes: st,
 	})
 	if nodeName != "" {
-		if err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log); err != nil {
+		if err := joinCluster(ctx, cfg, st, m, im, warmed, nodeName, ln.Addr(), log); err != nil {
 			ln.Close()
 			return err
 		}

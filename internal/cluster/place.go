@@ -16,11 +16,16 @@ type Want struct {
 	// Node, if set, is the one node that can serve it (e.g. the node
 	// that holds the snapshot it restores).
 	Node string
+	// Pool, if set, is the pool (PoolName) whose ready sandbox the create
+	// could claim: nodes that reported one go first (pools.go).
+	Pool string
 }
 
 // Place orders the live nodes that can take a create, best first: K of
 // them sampled at random and sorted by load (best of K, as E2B's API
-// places), then the others by load, for retries when a node refuses.
+// places), then the others by load, for retries when a node refuses;
+// with want.Pool, the nodes that reported a ready sandbox of that pool
+// before the others.
 // Nodes without a free slot or without the runtime are left out; none
 // left is errdefs.ErrResourceExhausted (errdefs.ErrUnavailable when no
 // node is live at all).
@@ -58,6 +63,9 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	out := make([]Node, len(fit))
 	for i, j := range idx {
 		out[i] = fit[j]
+	}
+	if want.Pool != "" {
+		preferPooled(out, want.Pool)
 	}
 	return out, nil
 }

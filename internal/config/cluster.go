@@ -54,6 +54,12 @@ type Cluster struct {
 	// PlacementK is how many live nodes a front samples per create
 	// before it picks the least loaded (KILN_PLACEMENT_K, default 3).
 	PlacementK int
+	// Pools are pool sizes across the cluster (KILN_CLUSTER_POOL,
+	// --cluster-pool, e.g. "code-interpreter=6"; nodes only): each node
+	// keeps ceil(N / live nodes) ready sandboxes of the template, or its
+	// own --pool size if larger (docs/pools.md).
+	Pools    ClusterPools
+	poolsErr error // a malformed KILN_CLUSTER_POOL, for validate
 }
 
 // TokenMinLength is the shortest cluster token accepted.
@@ -89,6 +95,10 @@ func clusterFromEnv(c Cluster) Cluster {
 			*dst = n
 		}
 	}
+	if v := os.Getenv("KILN_CLUSTER_POOL"); v != "" {
+		c.Pools = ClusterPools{}
+		c.poolsErr = c.Pools.Set(v)
+	}
 	return c
 }
 
@@ -107,6 +117,12 @@ func (c Cluster) Silence() time.Duration { return c.Heartbeat * time.Duration(c.
 func (c Cluster) Clustered() bool { return c.Role == RoleNode || c.Role == RoleFront }
 
 func (c Cluster) validate(store string) error {
+	if c.poolsErr != nil {
+		return fmt.Errorf("KILN_CLUSTER_POOL: %w", c.poolsErr)
+	}
+	if len(c.Pools) > 0 && c.Role != RoleNode {
+		return errors.New("cluster-wide pools (KILN_CLUSTER_POOL, --cluster-pool) are for --role node; one machine takes --pool (KILN_POOL)")
+	}
 	switch c.Role {
 	case "", RoleAll:
 		return nil

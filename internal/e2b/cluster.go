@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,3 +82,8 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *edge.Edge, err erro
 // WriteGone is the data plane's answer for a sandbox that is not running
 // (E2B's 502, which the SDKs read as "the sandbox is gone").
 func WriteGone(w http.ResponseWriter, rawID string) { sandboxGone(w, rawID) }
+
+// KilnTemplate is the Kiln template an E2B template id names (E2B's
+// aliases of the built-ins, e.g. code-interpreter-v1, are Kiln's names),
+// for a front that places a create by it.
+func KilnTemplate(templateID string) string { return kilnTemplate(cmp.Or(templateID, "base")) }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,6 +52,7 @@ type front struct {
 	proxy   *cluster.Proxy
 	k       int
 	routes  routes
+	pools   cluster.PoolHints
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -256,7 +258,18 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if pooled(req) {
+		want.Pool = cluster.PoolName(cmp.Or(req.Template, "base"))
+	}
 	return s.place(w, r, body.Bytes(), want, s.reservation(caller(r), req.Limits.MemoryBytes))
+}
+
+// pooled reports whether a pooled sandbox could serve req, as far as a
+// front can tell (the node decides): the template's defaults and the
+// node's default runtime, no snapshot, volumes or network mode.
+func pooled(req api.CreateSandboxRequest) bool {
+	return req.Runtime == "" && req.Limits == (api.Limits{}) && req.Snapshot == "" && len(req.Volumes) == 0 &&
+		(req.Network == nil || req.Network.Mode == "")
 }
 
 // reservation is what a create by k asks of the catalog besides a slot:
@@ -316,7 +329,7 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	if err != nil {
 		return fmt.Errorf("reading the node registry: %w", err)
 	}
-	order, err := cluster.Place(nodes, want, s.front.k)
+	order, err := s.front.pools.Place(nodes, want, s.front.k)
 	if err != nil {
 		return fmt.Errorf("placing the sandbox: %w", err)
 	}

@@ -106,6 +106,9 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if want.Node == "" { // not a snapshot's or a custom template's node
+			want.Pool = cluster.PoolName(e2b.KilnTemplate(req.TemplateID))
+		}
 		return s.place(w, r, body, want, s.reservation(k.Key, 0))
 	}
 	if id, content, ok := e2b.VolumeOfPath(r.URL.Path); ok {

@@ -1,0 +1,191 @@
+package cluster
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kiln-sh/kiln/internal/config"
+	"github.com/kiln-sh/kiln/internal/template"
+)
+
+// Pools in a cluster (docs/pools.md, "Pools in a cluster"). Each node
+// keeps its own pools of ready sandboxes (sandbox.Images), sized by its
+// --pool (per node) and --cluster-pool (across the live nodes: each keeps
+// its share, rounded up). It reports its ready sandboxes per pool to the
+// catalog every heartbeat interval (Store.SetNodePools); a front places a
+// create that a pooled sandbox could serve on a node that reported one
+// ready first, so the create claims it instead of booting one. The
+// reports are hints, a heartbeat old at most: a create that finds the
+// pool empty boots as on any node, so they never make a create fail.
+
+// PoolName is the name a pool of template reference ref has (name, or
+// name:tag for a tag other than the default, as --pool names pools); ""
+// for a malformed ref.
+func PoolName(ref string) string {
+	name, tag, err := template.ParseRef(ref)
+	switch {
+	case err != nil:
+		return ""
+	case tag != template.DefaultTag:
+		return name + ":" + tag
+	}
+	return name
+}
+
+// PoolSizes are the pool sizes of one node of a cluster of live nodes:
+// for every template, the larger of its own size (local) and its share
+// of the size across the cluster (ceil(across / live)), at most
+// config.MaxPoolSize.
+func PoolSizes(local, across map[string]int, live int) map[string]int {
+	live = max(live, 1)
+	out := maps.Clone(local)
+	if out == nil {
+		out = map[string]int{}
+	}
+	for name, n := range across {
+		share := min((n+live-1)/live, config.MaxPoolSize)
+		out[name] = max(out[name], share)
+	}
+	return out
+}
+
+// preferPooled moves the nodes that reported a ready sandbox of pool to
+// the front of order, keeping the order within each part.
+func preferPooled(order []Node, pool string) {
+	ready := func(n Node) int {
+		if n.Pools[pool] > 0 {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(order, func(a, b Node) int { return ready(a) - ready(b) })
+}
+
+// PoolHints is a front's count of the creates it sent to each node for
+// its pooled sandboxes since the node's last report: every front reads
+// the same reports, and a burst of creates must not all go to the one
+// node that reported one ready sandbox. Fronts do not share their counts,
+// so with F fronts a node that reported r ready may get up to F × r
+// creates for them before its next report; the others boot.
+type PoolHints struct {
+	mu   sync.Mutex
+	sent map[poolKey]sentSince
+}
+
+type poolKey struct{ node, pool string }
+
+// sentSince is how many creates went to a node's pool since its report
+// of at.
+type sentSince struct {
+	at time.Time
+	n  int
+}
+
+// Place is Place with each node's reported ready sandboxes of want.Pool
+// lowered by the creates this front sent to them since that report; the
+// create is counted against the first node of the order if it had one
+// left.
+func (h *PoolHints) Place(nodes []Node, want Want, k int) ([]Node, error) {
+	if want.Pool == "" {
+		return Place(nodes, want, k)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sent == nil {
+		h.sent = map[poolKey]sentSince{}
+	}
+	for i := range nodes {
+		n := &nodes[i]
+		ready := n.Pools[want.Pool]
+		if ready == 0 {
+			continue
+		}
+		if s := h.sent[poolKey{n.Name, want.Pool}]; s.at.Equal(n.PoolsAt) {
+			n.Pools = maps.Clone(n.Pools)
+			n.Pools[want.Pool] = max(ready-s.n, 0)
+		}
+	}
+	order, err := Place(nodes, want, k)
+	if err != nil || order[0].Pools[want.Pool] == 0 {
+		return order, err
+	}
+	key := poolKey{order[0].Name, want.Pool}
+	s := h.sent[key]
+	if !s.at.Equal(order[0].PoolsAt) {
+		s = sentSince{at: order[0].PoolsAt}
+	}
+	s.n++
+	h.sent[key] = s
+	return order, nil
+}
+
+// keepPools, on a node, sets its pool sizes from the live nodes (when it
+// has sizes across the cluster) and reports its ready pooled sandboxes,
+// every heartbeat interval until ctx ends. Sizes wait for m.PoolsAfter
+// (the warm checkpoints' builds at start).
+func (m Member) keepPools(ctx context.Context) {
+	t := time.NewTicker(m.Interval)
+	defer t.Stop()
+	var sized map[string]int
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if len(m.ClusterPools) > 0 && ready(m.PoolsAfter) {
+			if live, err := m.liveNodes(ctx); err != nil {
+				m.Log.Warn("counting live nodes for the pools' sizes", "err", err)
+			} else {
+				sizes := PoolSizes(m.LocalPools, m.ClusterPools, live)
+				if !maps.Equal(sizes, sized) {
+					m.Log.Info("pool sizes", "sizes", sizes, "live_nodes", live, "across_cluster", m.ClusterPools)
+					sized = sizes
+				}
+				// Every time: it also trims a pool a late fill overfilled.
+				m.Images.SetPoolSizes(sizes)
+			}
+		}
+		counts := map[string]int{}
+		for _, st := range m.Images.PoolStats() {
+			counts[st.Template] = st.Ready
+		}
+		err := m.Nodes.SetNodePools(ctx, m.Self.Name, counts)
+		if err != nil && !failing && ctx.Err() == nil {
+			m.Log.Warn("reporting the pools", "err", err)
+		}
+		failing = err != nil
+	}
+}
+
+// liveNodes counts the live nodes in the catalog (this one at least).
+func (m Member) liveNodes(ctx context.Context) (int, error) {
+	ns, err := m.Nodes.Nodes(ctx)
+	if err != nil {
+		return 0, err
+	}
+	live := 0
+	for _, n := range ns {
+		if n.State == NodeLive {
+			live++
+		}
+	}
+	return max(live, 1), nil
+}
+
+// ready reports whether c is closed (a nil c is).
+func ready(c <-chan struct{}) bool {
+	if c == nil {
+		return true
+	}
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
