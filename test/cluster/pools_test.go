@@ -137,4 +137,3 @@ func poolHits(t *testing.T, w *world, p *proc) int {
 	}
 	return 0 // no pool: no series
 }
-
