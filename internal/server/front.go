@@ -146,6 +146,17 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// routedNode is the node of a sandbox this front routed before, if that
+// node is live; errdefs.ErrNotFound otherwise.
+func (s *Server) routedNode(ctx context.Context, id sandbox.ID) (cluster.Node, error) {
+	if rt, ok := s.front.routes.get(id); ok {
+		if n, err := s.front.dir.Node(ctx, rt.node); err == nil && n.State == cluster.NodeLive {
+			return n, nil
+		}
+	}
+	return cluster.Node{}, fmt.Errorf("sandbox %s: no route: %w", id, errdefs.ErrNotFound)
+}
+
 // routes remembers the owner and node of the sandboxes a front routed.
 // Neither ever changes, so a busy sandbox costs the catalog one read, not
 // one per request; what does change (the sandbox ended, its node was

@@ -60,15 +60,20 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 			return
 		}
 	}
-	sb, err := s.front.store.GetSandbox(r.Context(), id)
-	if err != nil || sb.State.Terminal() {
-		e2b.WriteGone(w, rawID)
-		return
-	}
-	n, err := s.front.dir.Node(r.Context(), sb.Node)
-	if err != nil || n.State != cluster.NodeLive {
-		e2b.WriteGone(w, rawID)
-		return
+	// A sandbox routed before, on a live node: no catalog read (the node
+	// answers for one that ended since).
+	n, err := s.routedNode(r.Context(), id)
+	if err != nil {
+		sb, err := s.front.store.GetSandbox(r.Context(), id)
+		if err != nil || sb.State.Terminal() {
+			e2b.WriteGone(w, rawID)
+			return
+		}
+		if n, err = s.front.dir.Node(r.Context(), sb.Node); err != nil || n.State != cluster.NodeLive {
+			e2b.WriteGone(w, rawID)
+			return
+		}
+		s.front.routes.put(sb.ID, route{owner: sb.Owner, node: sb.Node})
 	}
 	e2b.RouteByHeaders(r, rawID, port)
 	s.front.proxy.Forward(w, r, n, func(w http.ResponseWriter, _ *http.Request, _ error) { e2b.WriteGone(w, rawID) })
