@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,8 @@ import (
 //     their difference (the front's added round trip).
 //
 // KILN_BENCH_RUNTIMES (default "runc") lists the runtimes of the create
-// rounds, e.g. "runc,runsc". Nothing here asserts a time: the machine is
+// rounds, e.g. "runc,runsc", and KILN_BENCH_CREATES (default "50,200")
+// their sizes; -bench 'Cluster/proxy' runs the round trips alone. Nothing here asserts a time: the machine is
 // shared; load averages are logged with every result.
 func BenchmarkCluster(b *testing.B) {
 	began := time.Now()
@@ -85,8 +87,16 @@ func BenchmarkCluster(b *testing.B) {
 		{"cluster", fronts}, {"all-sqlite", alone["all-sqlite"]}, {"all-postgres", alone["all-postgres"]},
 	}
 	runtimes := strings.Split(cmp.Or(os.Getenv("KILN_BENCH_RUNTIMES"), "runc"), ",")
+	var sizes []int
+	for f := range strings.SplitSeq(cmp.Or(os.Getenv("KILN_BENCH_CREATES"), "50,200"), ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 1000 {
+			b.Fatalf("KILN_BENCH_CREATES: %q is not a number of creates (1-1000)", f)
+		}
+		sizes = append(sizes, n)
+	}
 	for _, rt := range runtimes {
-		for _, n := range []int{50, 200} {
+		for _, n := range sizes {
 			for _, tg := range targets {
 				b.Run(fmt.Sprintf("create/%s/%s/%d", tg.name, rt, n), func(b *testing.B) {
 					var all []time.Duration
