@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/e2b"
+	"github.com/kiln-sh/kiln/internal/servetest"
 	"github.com/kiln-sh/kiln/internal/store/postgres/pgtest"
 )
 
@@ -31,12 +32,15 @@ import (
 // all-in-one servers, one on SQLite (the one-machine default) and one on
 // its own PostgreSQL database. Run as root:
 //
-//	go test -run '^$' -bench Cluster -benchtime 1x -timeout 30m ./test/cluster/
+//	go test -run '^$' -bench Cluster -benchtime 3x -timeout 60m ./test/cluster/
 //
 // Sub-benchmarks:
-//   - create/TARGET/RUNTIME/N: N creates of base started together (through
-//     both fronts alternately, for the cluster), each timed to its answer;
-//     then all killed. Reported: creates/s over the round, p50 and p99.
+//   - create/RUNTIME/N: per iteration, a round on each target in turn
+//     (cluster, all-sqlite, all-postgres; the first rotating): N creates of
+//     base started together (through both fronts alternately, for the
+//     cluster), each timed to its answer, then all killed. Reported per
+//     target over its rounds: creates/s (creates over the rounds' wall
+//     time), p50 and p99; and each round's rate with the load average.
 //   - proxy/command, proxy/code, proxy/e2b-run_code: one sandbox on a node,
 //     the same call sent straight to the node (with the cluster token, as a
 //     front sends it) and through a front, interleaved; the medians and
@@ -97,24 +101,40 @@ func BenchmarkCluster(b *testing.B) {
 	}
 	for _, rt := range runtimes {
 		for _, n := range sizes {
-			for _, tg := range targets {
-				b.Run(fmt.Sprintf("create/%s/%s/%d", tg.name, rt, n), func(b *testing.B) {
-					var all []time.Duration
-					var wall time.Duration
-					errs := 0
-					for range b.N {
-						lat, took, failed := createRound(ctx, b, tg.clients, rt, n)
-						all, wall, errs = append(all, lat...), wall+took, errs+failed
+			// One round on each target per iteration, in turn, the
+			// first target rotating: the host's load drifts, and
+			// interleaved rounds see the same drift.
+			b.Run(fmt.Sprintf("create/%s/%d", rt, n), func(b *testing.B) {
+				type result struct {
+					lat    []time.Duration
+					wall   time.Duration
+					errs   int
+					rounds []string // each round's rate and load
+				}
+				res := make([]result, len(targets))
+				for i := range b.N {
+					for j := range targets {
+						t := (i + j) % len(targets)
+						lat, took, failed := createRound(ctx, b, targets[t].clients, rt, n)
+						r := &res[t]
+						r.lat, r.wall, r.errs = append(r.lat, lat...), r.wall+took, r.errs+failed
+						r.rounds = append(r.rounds, fmt.Sprintf("%.1f/s at %s", float64(len(lat))/took.Seconds(), loadavg()))
+						if failed > 0 {
+							w.logErrors(5)
+						}
 					}
-					slices.Sort(all)
-					rate := float64(len(all)) / wall.Seconds()
-					b.ReportMetric(rate, "creates/s")
-					b.ReportMetric(ms(pct(all, 50)), "p50-ms")
-					b.ReportMetric(ms(pct(all, 99)), "p99-ms")
-					b.Logf("| %s | %s | %d | %d | %.1f/s | %.0f ms | %.0f ms | %d | %s |", tg.name, rt, n, len(all), rate,
-						ms(pct(all, 50)), ms(pct(all, 99)), errs, loadavg())
-				})
-			}
+				}
+				for t, r := range res {
+					slices.Sort(r.lat)
+					rate := float64(len(r.lat)) / r.wall.Seconds()
+					name := targets[t].name
+					b.ReportMetric(rate, name+"-creates/s")
+					b.ReportMetric(ms(pct(r.lat, 50)), name+"-p50-ms")
+					b.ReportMetric(ms(pct(r.lat, 99)), name+"-p99-ms")
+					b.Logf("| %s | %s | %d | %d | %.1f/s | %.0f ms | %.0f ms | %d | %s |", name, rt, n, len(r.lat), rate,
+						ms(pct(r.lat, 50)), ms(pct(r.lat, 99)), r.errs, strings.Join(r.rounds, "; "))
+				}
+			})
 		}
 	}
 
@@ -362,4 +382,22 @@ func loadavg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+// logErrors logs up to n error lines of each process's log.
+func (w *world) logErrors(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.procs {
+		logs, _ := os.ReadFile(p.log)
+		var lines []string
+		for l := range strings.Lines(servetest.GrepErrors(logs)) {
+			if strings.Contains(l, `"level":"ERROR"`) && len(lines) < n {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 0 {
+			w.t.Logf("%s: errors:\n%s", p.name, strings.Join(lines, ""))
+		}
+	}
 }
