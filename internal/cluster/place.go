@@ -17,8 +17,11 @@ type Want struct {
 	// that holds the snapshot it restores).
 	Node string
 	// Pool, if set, is the pool (PoolName) whose ready sandbox the create
-	// could claim: nodes that reported one go first (pools.go).
+	// could claim: nodes that reported one go first (pools.go). Sent, if
+	// set, is how many creates were already sent to a node's pool since
+	// its report (PoolHints): they are counted gone.
 	Pool string
+	Sent func(Node) int
 }
 
 // Place orders the live nodes that can take a create, best first: K of
@@ -60,12 +63,12 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	byLoad := func(a, b int) int { return cmp.Compare(load[a], load[b]) }
 	slices.SortStableFunc(idx[:k], byLoad)
 	slices.SortStableFunc(idx[k:], byLoad)
+	if want.Pool != "" {
+		preferPooled(idx, fit, want)
+	}
 	out := make([]Node, len(fit))
 	for i, j := range idx {
 		out[i] = fit[j]
-	}
-	if want.Pool != "" {
-		preferPooled(out, want.Pool)
 	}
 	return out, nil
 }

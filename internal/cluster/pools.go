@@ -52,16 +52,27 @@ func PoolSizes(local, across map[string]int, live int) map[string]int {
 	return out
 }
 
-// preferPooled moves the nodes that reported a ready sandbox of pool to
-// the front of order, keeping the order within each part.
-func preferPooled(order []Node, pool string) {
-	ready := func(n Node) int {
-		if n.Pools[pool] > 0 {
-			return 0
+// preferPooled moves the indices of the nodes of fit that have a ready
+// sandbox of want.Pool left (PoolReady) to the front of order, keeping the
+// order within each part.
+func preferPooled(order []int, fit []Node, want Want) {
+	rank := make([]int, len(fit))
+	for i, n := range fit {
+		if PoolReady(n, want) == 0 {
+			rank[i] = 1
 		}
-		return 1
 	}
-	slices.SortStableFunc(order, func(a, b Node) int { return ready(a) - ready(b) })
+	slices.SortStableFunc(order, func(a, b int) int { return rank[a] - rank[b] })
+}
+
+// PoolReady is how many ready sandboxes of want.Pool node n reported,
+// less those want.Sent counts gone.
+func PoolReady(n Node, want Want) int {
+	ready := n.Pools[want.Pool]
+	if ready > 0 && want.Sent != nil {
+		ready -= want.Sent(n)
+	}
+	return max(ready, 0)
 }
 
 // PoolHints is a front's count of the creates it sent to each node for
@@ -84,10 +95,9 @@ type sentSince struct {
 	n  int
 }
 
-// Place is Place with each node's reported ready sandboxes of want.Pool
-// lowered by the creates this front sent to them since that report; the
-// create is counted against the first node of the order if it had one
-// left.
+// Place is Place with the creates this front sent to each node's pool
+// since the node's report counted gone (want.Sent); the create is counted
+// against the first node of the order if that node had one left.
 func (h *PoolHints) Place(nodes []Node, want Want, k int) ([]Node, error) {
 	if want.Pool == "" {
 		return Place(nodes, want, k)
@@ -97,19 +107,14 @@ func (h *PoolHints) Place(nodes []Node, want Want, k int) ([]Node, error) {
 	if h.sent == nil {
 		h.sent = map[poolKey]sentSince{}
 	}
-	for i := range nodes {
-		n := &nodes[i]
-		ready := n.Pools[want.Pool]
-		if ready == 0 {
-			continue
-		}
+	want.Sent = func(n Node) int {
 		if s := h.sent[poolKey{n.Name, want.Pool}]; s.at.Equal(n.PoolsAt) {
-			n.Pools = maps.Clone(n.Pools)
-			n.Pools[want.Pool] = max(ready-s.n, 0)
+			return s.n
 		}
+		return 0
 	}
 	order, err := Place(nodes, want, k)
-	if err != nil || order[0].Pools[want.Pool] == 0 {
+	if err != nil || PoolReady(order[0], want) == 0 {
 		return order, err
 	}
 	key := poolKey{order[0].Name, want.Pool}

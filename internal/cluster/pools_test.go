@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -89,5 +90,28 @@ func TestPoolHints(t *testing.T) {
 	// Creates that no pool could serve are placed as ever.
 	if got, _ := h.Place([]cluster.Node{a, b}, cluster.Want{}, 2); got[0].Name != "b" {
 		t.Errorf("a create without a pool went to %s first", got[0].Name)
+	}
+}
+
+// BenchmarkPlacePooled: BenchmarkPlace for a create a pooled sandbox
+// could serve, through a front's PoolHints, half the nodes having one
+// ready.
+func BenchmarkPlacePooled(b *testing.B) {
+	for _, size := range []int{10, 1000} {
+		ns := make([]cluster.Node, size)
+		for i := range ns {
+			ns[i] = n(fmt.Sprintf("node-%d", i), i%50, 64, "runc", "runsc")
+			ns[i].Pools, ns[i].PoolsAt = map[string]int{"code-interpreter": i % 2}, time.Now()
+		}
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			var h cluster.PoolHints
+			work := make([]cluster.Node, size)
+			for b.Loop() {
+				copy(work, ns)
+				if _, err := h.Place(work, cluster.Want{Runtime: "runsc", Pool: "code-interpreter"}, 3); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
