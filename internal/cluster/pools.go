@@ -135,7 +135,7 @@ func (m Member) keepPools(ctx context.Context) {
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
 	var sized map[string]int
-	failing := false
+	failing, reportedEmpty := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,7 +159,14 @@ func (m Member) keepPools(ctx context.Context) {
 		for _, st := range m.Images.PoolStats() {
 			counts[st.Template] = st.Ready
 		}
+		// A report with pools is written every time, even unchanged:
+		// its new time tells fronts to count afresh. A node without
+		// pools writes its empty report once.
+		if len(counts) == 0 && reportedEmpty {
+			continue
+		}
 		err := m.Nodes.SetNodePools(ctx, m.Self.Name, counts)
+		reportedEmpty = err == nil && len(counts) == 0
 		if err != nil && !failing && ctx.Err() == nil {
 			m.Log.Warn("reporting the pools", "err", err)
 		}
