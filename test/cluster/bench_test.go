@@ -120,7 +120,7 @@ func BenchmarkCluster(b *testing.B) {
 						r.lat, r.wall, r.errs = append(r.lat, lat...), r.wall+took, r.errs+failed
 						r.rounds = append(r.rounds, fmt.Sprintf("%.1f/s at %s", float64(len(lat))/took.Seconds(), loadavg()))
 						if failed > 0 {
-							w.logErrors(5)
+							w.logErrors(b, 5)
 						}
 					}
 				}
@@ -384,8 +384,8 @@ func loadavg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// logErrors logs up to n error lines of each process's log.
-func (w *world) logErrors(n int) {
+// logErrors logs to t up to n error lines of each process's log.
+func (w *world) logErrors(t testing.TB, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range w.procs {
@@ -397,7 +397,7 @@ func (w *world) logErrors(n int) {
 			}
 		}
 		if len(lines) > 0 {
-			w.t.Logf("%s: errors:\n%s", p.name, strings.Join(lines, ""))
+			t.Logf("%s: errors:\n%s", p.name, strings.Join(lines, ""))
 		}
 	}
 }
