@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -134,44 +135,62 @@ func (h *PoolHints) Place(nodes []Node, want Want, k int) ([]Node, error) {
 func (m Member) keepPools(ctx context.Context) {
 	t := time.NewTicker(m.Interval)
 	defer t.Stop()
-	var sized map[string]int
-	failing, reportedEmpty := false, false
+	var k poolKeeper
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if len(m.ClusterPools) > 0 && ready(m.PoolsAfter) {
-			if live, err := m.liveNodes(ctx); err != nil {
-				m.Log.Warn("counting live nodes for the pools' sizes", "err", err)
-			} else {
-				sizes := PoolSizes(m.LocalPools, m.ClusterPools, live)
-				if !maps.Equal(sizes, sized) {
-					m.Log.Info("pool sizes", "sizes", sizes, "live_nodes", live, "across_cluster", m.ClusterPools)
-					sized = sizes
-				}
-				// Every time: it also trims a pool a late fill overfilled.
-				m.Images.SetPoolSizes(sizes)
-			}
-		}
-		counts := map[string]int{}
-		for _, st := range m.Images.PoolStats() {
-			counts[st.Template] = st.Ready
-		}
-		// A report with pools is written every time, even unchanged:
-		// its new time tells fronts to count afresh. A node without
-		// pools writes its empty report once.
-		if len(counts) == 0 && reportedEmpty {
-			continue
-		}
-		err := m.Nodes.SetNodePools(ctx, m.Self.Name, counts)
-		reportedEmpty = err == nil && len(counts) == 0
+		// A round may not outlast its interval, as a heartbeat.
+		tctx, cancel := context.WithTimeout(ctx, m.Interval)
+		err := k.round(tctx, m)
+		cancel()
 		if err != nil && !failing && ctx.Err() == nil {
-			m.Log.Warn("reporting the pools", "err", err)
+			m.Log.Warn("keeping the pools", "err", err)
 		}
 		failing = err != nil
 	}
+}
+
+// poolKeeper is what keepPools remembers between rounds.
+type poolKeeper struct {
+	sized         map[string]int // the sizes last set
+	reportedEmpty bool           // an empty report was written
+}
+
+// round sets the pools' sizes (with sizes across the cluster) and writes
+// the node's pool report.
+func (k *poolKeeper) round(ctx context.Context, m Member) error {
+	if len(m.ClusterPools) > 0 && ready(m.PoolsAfter) {
+		live, err := m.liveNodes(ctx)
+		if err != nil {
+			return fmt.Errorf("counting live nodes for the pools' sizes: %w", err)
+		}
+		sizes := PoolSizes(m.LocalPools, m.ClusterPools, live)
+		if !maps.Equal(sizes, k.sized) {
+			m.Log.Info("pool sizes", "sizes", sizes, "live_nodes", live, "across_cluster", m.ClusterPools)
+			k.sized = sizes
+		}
+		// Every round: it also trims a pool a late fill overfilled.
+		m.Images.SetPoolSizes(sizes)
+	}
+	counts := map[string]int{}
+	for _, st := range m.Images.PoolStats() {
+		counts[st.Template] = st.Ready
+	}
+	// A report with pools is written every round, even unchanged: its
+	// new time tells fronts to count afresh. A node without pools writes
+	// its empty report once.
+	if len(counts) == 0 && k.reportedEmpty {
+		return nil
+	}
+	if err := m.Nodes.SetNodePools(ctx, m.Self.Name, counts); err != nil {
+		return err
+	}
+	k.reportedEmpty = len(counts) == 0
+	return nil
 }
 
 // liveNodes counts the live nodes in the catalog (this one at least).
