@@ -41,7 +41,10 @@ func serveFront(ctx context.Context, cfg config.Config, st store.Backend, log *s
 
 // joinCluster registers this node in the catalog, then keeps its
 // heartbeat and sweeps for lost nodes in the background until ctx ends.
-func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, name string, addr net.Addr, log *slog.Logger) (*cluster.Beat, error) {
+// Its pools (im) are reported to the catalog, and sized across the
+// cluster once warmed is closed when it has --cluster-pool.
+func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sandbox.Manager, im *sandbox.Images,
+	warmed <-chan struct{}, name string, addr net.Addr, log *slog.Logger) (*cluster.Beat, error) {
 	self, err := cluster.Host(name, advertiseURL(cfg, addr), cfg.Cluster.Slots, map[string]string{"runsc": cfg.RunscPath, "runc": cfg.RuncPath})
 	if err != nil {
 		return nil, err
@@ -49,6 +52,7 @@ func joinCluster(ctx context.Context, cfg config.Config, st store.Backend, m *sa
 	return cluster.Join(ctx, cluster.Member{
 		Nodes: st, Records: st, Sandboxes: m, Self: self, DataDir: cfg.DataDir,
 		Interval: cfg.Cluster.Heartbeat, Silence: cfg.Cluster.Silence(), Log: log.With("component", "cluster"),
+		Images: im, LocalPools: cfg.Server.Pools, ClusterPools: cfg.Cluster.Pools, PoolsAfter: warmed,
 	})
 }
 

@@ -87,6 +87,10 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 		"directory shared by every node (e.g. NFS) for paused sandboxes' and snapshots' images, so any node restores them (KILN_SNAPSHOT_DIR)")
 	fs.DurationVar(&cl.DrainTimeout, "drain-timeout", cl.DrainTimeout,
 		"how long a node waits on SIGTERM, draining, for its sandboxes to end; 0: exit at once (KILN_DRAIN_TIMEOUT)")
+	if cl.Pools == nil {
+		cl.Pools = config.ClusterPools{}
+	}
+	fs.Var(cl.Pools, "cluster-pool", `ready sandboxes per template across the cluster's live nodes, each node keeping its share rounded up, e.g. "code-interpreter=6" (KILN_CLUSTER_POOL; nodes only; docs/pools.md)`)
 	debug := fs.Bool("debug", false, "log at debug level")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
@@ -162,7 +166,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() {
 		defer close(warmed)
 		im.WarmTemplates(ctx)
-		if len(cfg.Server.Pools) > 0 && ctx.Err() == nil {
+		// With pools sized across a cluster, the node's heartbeat loop
+		// sizes and starts them (cluster.Member).
+		if len(cfg.Server.Pools) > 0 && len(cfg.Cluster.Pools) == 0 && ctx.Err() == nil {
 			im.StartPools(cfg.Server.Pools)
 		}
 	}()
@@ -207,7 +213,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		ClusterToken: clusterToken(cfg.Cluster), Nodes: st, Node: nodeName, Cluster: front,
 	})
 	if nodeName != "" {
-		beat, err := joinCluster(ctx, cfg, st, m, nodeName, ln.Addr(), log)
+		beat, err := joinCluster(ctx, cfg, st, m, im, warmed, nodeName, ln.Addr(), log)
 		if err != nil {
 			ln.Close()
 			return err

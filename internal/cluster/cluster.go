@@ -65,6 +65,12 @@ type Node struct {
 	Quiet  time.Duration
 	ReadAt time.Time
 
+	// Pools are the node's ready pooled sandboxes by pool name (a
+	// template reference) as it last reported them (Store.SetNodePools),
+	// at PoolsAt (the catalog's clock): a hint for placement (pools.go).
+	Pools   map[string]int
+	PoolsAt time.Time
+
 	// Load, computed by Store.Nodes from the catalog's records: its
 	// sandboxes that have not ended, the placements reserved on it and
 	// not yet released or expired, and the limits its sandboxes hold.
@@ -131,6 +137,10 @@ type Store interface {
 	// moves one succeeds. The others, and a record that is no longer so
 	// (resumed, killed, moved), are errdefs.ErrFailedPrecondition.
 	MoveSandbox(ctx context.Context, id, from, to string) error
+	// SetNodePools records node's ready pooled sandboxes by pool name, at
+	// the store's now; Nodes returns them. An unknown node is
+	// errdefs.ErrNotFound.
+	SetNodePools(ctx context.Context, node string, ready map[string]int) error
 }
 
 // Reservation is what Store.Reserve is asked for one create.

@@ -30,6 +30,15 @@ type Member struct {
 	// one before the sweep marks it lost.
 	Interval, Silence time.Duration
 	Log               *slog.Logger
+
+	// Images holds the node's pools: their ready sandboxes are reported
+	// to the catalog for placement, and with ClusterPools their sizes
+	// follow the live nodes (pools.go): PoolSizes(LocalPools,
+	// ClusterPools, live nodes), once PoolsAfter is closed. Without
+	// ClusterPools the node starts its pools itself (LocalPools).
+	Images                   *sandbox.Images
+	LocalPools, ClusterPools map[string]int
+	PoolsAfter               <-chan struct{}
 }
 
 // Host returns the entry of a node called name at url with slots on this
@@ -61,6 +70,9 @@ func Join(ctx context.Context, m Member) (*Beat, error) {
 		return nil, err
 	}
 	go Sweep(ctx, m.Nodes, m.Interval, m.Silence, m.Log)
+	if m.Images != nil {
+		go m.keepPools(ctx)
+	}
 	return b, nil
 }
 

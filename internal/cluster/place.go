@@ -25,11 +25,19 @@ type Want struct {
 	// Prefer, if set, is the node to try first when it fits (the node
 	// a snapshot in shared storage was taken on); the others follow.
 	Prefer string
+	// Pool, if set, is the pool (PoolName) whose ready sandbox the create
+	// could claim: nodes that reported one go first (pools.go). Sent, if
+	// set, is how many creates were already sent to a node's pool since
+	// its report (PoolHints): they are counted gone.
+	Pool string
+	Sent func(Node) int
 }
 
 // Place orders the live nodes that can take a create, best first: K of
 // them sampled at random and sorted by load (best of K, as E2B's API
-// places), then the others by load, for retries when a node refuses.
+// places), then the others by load, for retries when a node refuses;
+// with want.Pool, the nodes that reported a ready sandbox of that pool
+// before the others.
 // Nodes without a free slot or without the runtime are left out; none
 // left is errdefs.ErrResourceExhausted (errdefs.ErrUnavailable when no
 // node is live at all).
@@ -56,7 +64,7 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	}
 	out := fit
 	if want.Build == "" {
-		out = byLoad(fit, k)
+		out = byLoad(fit, want, k)
 	} else { // nodes that hold the build first
 		var has, not []Node
 		for _, n := range fit {
@@ -66,7 +74,7 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 				not = append(not, n)
 			}
 		}
-		out = append(byLoad(has, k), byLoad(not, k)...)
+		out = append(byLoad(has, want, k), byLoad(not, want, k)...)
 	}
 	if i := slices.IndexFunc(out, func(n Node) bool { return n.Name == want.Prefer }); i > 0 {
 		p := out[i]
@@ -77,8 +85,9 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 }
 
 // byLoad orders nodes as Place does: K sampled at random and sorted by
-// load, then the rest by load.
-func byLoad(fit []Node, k int) []Node {
+// load, then the rest by load; with want.Pool, those with a ready pooled
+// sandbox first.
+func byLoad(fit []Node, want Want, k int) []Node {
 	if len(fit) == 0 {
 		return nil
 	}
@@ -92,6 +101,9 @@ func byLoad(fit []Node, k int) []Node {
 	byLoad := func(a, b int) int { return cmp.Compare(load[a], load[b]) }
 	slices.SortStableFunc(idx[:k], byLoad)
 	slices.SortStableFunc(idx[k:], byLoad)
+	if want.Pool != "" {
+		preferPooled(idx, fit, want)
+	}
 	out := make([]Node, len(fit))
 	for i, j := range idx {
 		out[i] = fit[j]

@@ -109,6 +109,14 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, n Node, fail Fai
 			fail(w, r, fmt.Errorf("node %s is not answering: %w", n.Name, errdefs.ErrUnavailable))
 		},
 	}
+	// The node may answer before the front has sent it all of the
+	// request's body (it reads it through this same body): without full
+	// duplex, the front's HTTP/1 server would start discarding that body
+	// when the answer's headers go out, racing the transport that is
+	// still sending it, and a lost race cut the answer short
+	// (BenchmarkCluster saw one E2B /execute in a few hundred end in
+	// "unexpected EOF"). Not every writer can (HTTP/2 always is).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	rp.ServeHTTP(w, r)
 }
 

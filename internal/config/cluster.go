@@ -80,6 +80,12 @@ type Cluster struct {
 	// leaving the rest running for its next start (KILN_DRAIN_TIMEOUT,
 	// --drain-timeout; default 30s; 0 exits at once).
 	DrainTimeout time.Duration
+	// Pools are pool sizes across the cluster (KILN_CLUSTER_POOL,
+	// --cluster-pool, e.g. "code-interpreter=6"; nodes only): each node
+	// keeps ceil(N / live nodes) ready sandboxes of the template, or its
+	// own --pool size if larger (docs/pools.md).
+	Pools    ClusterPools
+	poolsErr error // a malformed KILN_CLUSTER_POOL, for validate
 }
 
 // TokenMinLength is the shortest cluster token accepted.
@@ -119,6 +125,10 @@ func clusterFromEnv(c Cluster) Cluster {
 			*dst = n
 		}
 	}
+	if v := os.Getenv("KILN_CLUSTER_POOL"); v != "" {
+		c.Pools = ClusterPools{}
+		c.poolsErr = c.Pools.Set(v)
+	}
 	return c
 }
 
@@ -149,6 +159,12 @@ func (c Cluster) Clustered() bool { return c.Role == RoleNode || c.Role == RoleF
 func (c Cluster) validate(store string) error {
 	if c.SnapshotDir != "" && (!filepath.IsAbs(c.SnapshotDir) || filepath.Clean(c.SnapshotDir) != c.SnapshotDir) {
 		return fmt.Errorf("snapshot dir %q (KILN_SNAPSHOT_DIR, --snapshot-dir) must be a clean absolute path", c.SnapshotDir)
+	}
+	if c.poolsErr != nil {
+		return fmt.Errorf("KILN_CLUSTER_POOL: %w", c.poolsErr)
+	}
+	if len(c.Pools) > 0 && c.Role != RoleNode {
+		return errors.New("cluster-wide pools (KILN_CLUSTER_POOL, --cluster-pool) are for --role node; one machine takes --pool (KILN_POOL)")
 	}
 	switch c.Role {
 	case "", RoleAll:

@@ -27,7 +27,23 @@ func ParsePools(s string) (Pools, error) {
 }
 
 // Set replaces p's contents with the parsed s (flag.Value).
-func (p Pools) Set(s string) error {
+func (p Pools) Set(s string) error { return p.set(s, MaxPoolSize) }
+
+// MaxClusterPoolSize bounds one template's pool size across a cluster.
+const MaxClusterPoolSize = 100000
+
+// ClusterPools are pool sizes across a cluster's live nodes
+// (KILN_CLUSTER_POOL / kiln serve --cluster-pool), written as Pools; it
+// is a flag.Value.
+type ClusterPools map[string]int
+
+// Set replaces p's contents with the parsed s (flag.Value).
+func (p ClusterPools) Set(s string) error { return Pools(p).set(s, MaxClusterPoolSize) }
+
+func (p ClusterPools) String() string { return Pools(p).String() }
+
+// set parses s into p, each size at most limit.
+func (p Pools) set(s string, limit int) error {
 	clear(p)
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
@@ -40,8 +56,8 @@ func (p Pools) Set(s string) error {
 		switch {
 		case !ok || err != nil || rerr != nil:
 			return fmt.Errorf("pool %q: want TEMPLATE[:TAG]=SIZE, e.g. code-interpreter=2 or site:v2=1", item)
-		case n < 0 || n > MaxPoolSize:
-			return fmt.Errorf("pool %q: size must be 0-%d", item, MaxPoolSize)
+		case n < 0 || n > limit:
+			return fmt.Errorf("pool %q: size must be 0-%d", item, limit)
 		}
 		if tag != template.DefaultTag {
 			name += ":" + tag

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,3 +110,8 @@ func TemplateOfPath(p string) (tmpl, build string, ok bool) {
 func IsBuildRequest(r *http.Request) bool {
 	return r.Method == http.MethodPost && r.URL.Path == "/v3/templates"
 }
+
+// KilnTemplate is the Kiln template an E2B template id names (E2B's
+// aliases of the built-ins, e.g. code-interpreter-v1, are Kiln's names),
+// for a front that places a create by it.
+func KilnTemplate(templateID string) string { return kilnTemplate(cmp.Or(templateID, "base")) }

@@ -3,9 +3,11 @@ package rootfs
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,7 +17,16 @@ import (
 // of mount(8) and losetup's device scan (measured here: ~2 ms vs ~9 ms), and
 // LO_FLAGS_AUTOCLEAR makes the kernel detach the device on the last unmount.
 
-const loopRetries = 16
+// loopRetries bounds the attempts at attaching: LOOP_CTL_GET_FREE gives
+// every concurrent attacher the same lowest free device and one of them
+// wins it, so with many at once (200 creates across 3 nodes on one host,
+// BenchmarkCluster) an attacher may lose many times in a row; after the
+// first few losses it waits a random moment (loopBackoff) so that the
+// racers spread out.
+const loopRetries = 64
+
+// loopBackoff is the longest wait between two losses.
+const loopBackoff = 2 * time.Millisecond
 
 // attachLoop binds image to a free loop device with autoclear set. The
 // returned file keeps the device attached until it is closed; close it after
@@ -34,7 +45,10 @@ func attachLoop(image string) (*os.File, error) {
 	defer ctl.Close()
 
 	var lastErr error
-	for range loopRetries {
+	for i := range loopRetries {
+		if i >= 4 {
+			time.Sleep(rand.N(loopBackoff))
+		}
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			return nil, fmt.Errorf("getting free loop device: %w", err)

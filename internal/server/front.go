@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -61,6 +62,7 @@ type front struct {
 	k       int
 	routes  routes
 	domain  string
+	pools   cluster.PoolHints
 }
 
 // frontRecords are the catalog's sandbox records, as a front reads them.
@@ -166,6 +168,18 @@ func (s *Server) frontSandbox(w http.ResponseWriter, r *http.Request) error {
 	s.front.routes.put(sb.ID, route{owner: sb.Owner, node: n.Name, started: n.StartedAt})
 	s.front.proxy.Forward(w, r, n, s.writeError)
 	return nil
+}
+
+// routedNode is the node of a sandbox this front routed before, if that
+// node is serving, the same process and answering; errdefs.ErrNotFound
+// otherwise.
+func (s *Server) routedNode(ctx context.Context, id sandbox.ID) (cluster.Node, error) {
+	if rt, ok := s.front.routes.get(id); ok {
+		if n, err := s.front.dir.Node(ctx, rt.node); err == nil && n.StartedAt.Equal(rt.started) && s.front.dir.Answering(n) == nil {
+			return n, nil
+		}
+	}
+	return cluster.Node{}, fmt.Errorf("sandbox %s: no route: %w", id, errdefs.ErrNotFound)
 }
 
 // routes remembers the owner and node of the sandboxes a front routed.
@@ -288,7 +302,18 @@ func (s *Server) frontCreate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if pooled(req) {
+		want.Pool = cluster.PoolName(cmp.Or(req.Template, "base"))
+	}
 	return s.place(w, r, body.Bytes(), want, s.reservation(caller(r), req.Limits.MemoryBytes))
+}
+
+// pooled reports whether a pooled sandbox could serve req, as far as a
+// front can tell (the node decides): the template's defaults and the
+// node's default runtime, no snapshot, volumes or network mode.
+func pooled(req api.CreateSandboxRequest) bool {
+	return req.Runtime == "" && req.Limits == (api.Limits{}) && req.Snapshot == "" && len(req.Volumes) == 0 &&
+		(req.Network == nil || req.Network.Mode == "")
 }
 
 // reservation is what a create by k asks of the catalog besides a slot:
@@ -367,7 +392,7 @@ func (s *Server) place(w http.ResponseWriter, r *http.Request, body []byte, want
 	nodes = slices.DeleteFunc(nodes, func(n cluster.Node) bool {
 		return n.State == cluster.NodeLive && s.front.dir.Answering(n) != nil
 	})
-	order, err := cluster.Place(nodes, want, s.front.k)
+	order, err := s.front.pools.Place(nodes, want, s.front.k)
 	if err != nil {
 		return fmt.Errorf("placing the sandbox: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/kiln-sh/kiln/api"
+	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -65,23 +66,29 @@ func (s *Server) frontE2BData(w http.ResponseWriter, r *http.Request, rawID stri
 			return
 		}
 	}
-	sb, err := s.front.store.GetSandbox(r.Context(), id)
-	if errors.Is(err, errdefs.ErrUnavailable) { // the catalog is down: the sandbox may be fine
-		e2b.WriteProblem(w, r, s.edge, err)
-		return
-	}
-	if err != nil || sb.State.Terminal() {
-		e2b.WriteGone(w, rawID)
-		return
-	}
-	n, err := s.front.dir.Node(r.Context(), sb.Node)
-	if errors.Is(err, errdefs.ErrUnavailable) {
-		e2b.WriteProblem(w, r, s.edge, err)
-		return
-	}
-	if err != nil || s.front.dir.Answering(n) != nil {
-		e2b.WriteGone(w, rawID)
-		return
+	// A sandbox routed before, on a serving node: no catalog read (the
+	// node answers for one that ended since).
+	n, err := s.routedNode(r.Context(), id)
+	if err != nil {
+		sb, err := s.front.store.GetSandbox(r.Context(), id)
+		if errors.Is(err, errdefs.ErrUnavailable) { // the catalog is down: the sandbox may be fine
+			e2b.WriteProblem(w, r, s.edge, err)
+			return
+		}
+		if err != nil || sb.State.Terminal() {
+			e2b.WriteGone(w, rawID)
+			return
+		}
+		n, err = s.front.dir.Node(r.Context(), sb.Node)
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			e2b.WriteProblem(w, r, s.edge, err)
+			return
+		}
+		if err != nil || s.front.dir.Answering(n) != nil {
+			e2b.WriteGone(w, rawID)
+			return
+		}
+		s.front.routes.put(sb.ID, route{owner: sb.Owner, node: sb.Node, started: n.StartedAt})
 	}
 	e2b.RouteByHeaders(r, rawID, port)
 	// The Host stays the client's: an exposed port's server sees it.
@@ -126,6 +133,9 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 		want, err := s.frontWant(r.Context(), k.Key.ID, "", req.TemplateID, req.TemplateID, vols)
 		if err != nil {
 			return err
+		}
+		if want.Node == "" { // not a snapshot's or a custom template's node
+			want.Pool = cluster.PoolName(e2b.KilnTemplate(req.TemplateID))
 		}
 		return s.place(w, r, body, want, s.reservation(k.Key, 0))
 	}

@@ -47,7 +47,7 @@ type proc struct {
 
 // world is the cluster: its catalog URL, token and processes.
 type world struct {
-	t       *testing.T
+	t       testing.TB
 	kiln    string
 	pg      string
 	token   string
@@ -193,14 +193,14 @@ func (w *world) waitLive(names ...string) {
 // newWorld prepares an empty cluster on a fresh catalog database: a kiln
 // build, a cluster token, and a cleanup that kills what the catalog says
 // still runs and stops every process (printing their warnings if t failed).
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	return newWorldOn(t, "")
 }
 
 // newWorldOn is newWorld on the catalog at pg ("": a fresh schema of the
 // suite's PostgreSQL).
-func newWorldOn(t *testing.T, pg string) *world {
+func newWorldOn(t testing.TB, pg string) *world {
 	t.Helper()
 	ocitest.RequireRoot(t)
 	_, err := template.Lookup(config.FromEnv().DataDir, "base")

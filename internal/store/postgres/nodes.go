@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -42,7 +43,7 @@ const catalogStart = `pg_postmaster_start_time()`
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.pool, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
 		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
-		extract(epoch FROM now() - greatest(n.heartbeat_at, `+catalogStart+`))::float8,
+		extract(epoch FROM now() - greatest(n.heartbeat_at, `+catalogStart+`))::float8, n.pools, n.pools_at,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > now())
 		FROM nodes n LEFT JOIN (
@@ -57,13 +58,24 @@ func scanNode(row scanner) (cluster.Node, error) {
 		n                           cluster.Node
 		runtimes, templates, builds []byte
 		quiet                       float64
+		pools                       []byte
+		poolsAt                     *time.Time
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
-		&n.StartedAt, &n.HeartbeatAt, &quiet, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&n.StartedAt, &n.HeartbeatAt, &quiet, &pools, &poolsAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = n.StartedAt.UTC(), n.HeartbeatAt.UTC()
 	n.Quiet, n.ReadAt = time.Duration(quiet*float64(time.Second)), time.Now()
+	if poolsAt != nil {
+		n.PoolsAt = poolsAt.UTC()
+	}
+	if err := json.Unmarshal(pools, &n.Pools); err != nil {
+		return n, fmt.Errorf("decoding node %s pools: %w", n.Name, err)
+	}
+	if len(n.Pools) == 0 {
+		n.Pools = nil
+	}
 	return n, n.DecodeLists(runtimes, templates, builds)
 }
 

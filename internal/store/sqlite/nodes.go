@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,7 +49,7 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 // Nodes returns every node with its load.
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.r, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
-		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
+		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at, n.pools, n.pools_at,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > ?)
 		FROM nodes n LEFT JOIN (
@@ -63,14 +64,25 @@ func scanNode(row scanner) (cluster.Node, error) {
 		n                           cluster.Node
 		runtimes, templates, builds string
 		started, heartbeat          int64
+		pools                       string
+		poolsAt                     sql.NullInt64
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
-		&started, &heartbeat, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&started, &heartbeat, &pools, &poolsAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = fromMicros(started), fromMicros(heartbeat)
 	n.ReadAt = time.Now()
 	n.Quiet = n.ReadAt.Sub(n.HeartbeatAt) // one machine: one clock
+	if poolsAt.Valid {
+		n.PoolsAt = fromMicros(poolsAt.Int64)
+	}
+	if err := json.Unmarshal([]byte(pools), &n.Pools); err != nil {
+		return n, fmt.Errorf("decoding node %s pools: %w", n.Name, err)
+	}
+	if len(n.Pools) == 0 {
+		n.Pools = nil
+	}
 	return n, n.DecodeLists([]byte(runtimes), []byte(templates), []byte(builds))
 }
 

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Backend) {
 		{"NodeLost", testNodeLost},
 		{"NodeReserve", testNodeReserve},
 		{"NodeQuota", testNodeQuota},
+		{"NodePools", testNodePools},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
