@@ -48,13 +48,17 @@ type ClusterNode struct {
 	State  string `json:"state"`            // live, draining or lost
 	Reason string `json:"reason,omitempty"` // why it was marked lost
 	// Capacity it reported.
-	CPUs        float64   `json:"cpus"`
-	MemoryBytes int64     `json:"memory_bytes"`
-	Slots       int       `json:"slots"`
-	Runtimes    []string  `json:"runtimes"`
-	Templates   []string  `json:"templates"`
-	StartedAt   time.Time `json:"started_at"`
-	HeartbeatAt time.Time `json:"heartbeat_at"` // the catalog's clock
+	CPUs        float64 `json:"cpus"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	// DiskBytes and DiskFreeBytes: its data dir's file system, as of its
+	// last heartbeat.
+	DiskBytes     int64     `json:"disk_bytes"`
+	DiskFreeBytes int64     `json:"disk_free_bytes"`
+	Slots         int       `json:"slots"`
+	Runtimes      []string  `json:"runtimes"`
+	Templates     []string  `json:"templates"`
+	StartedAt     time.Time `json:"started_at"`
+	HeartbeatAt   time.Time `json:"heartbeat_at"` // the catalog's clock
 	// Load, from the catalog's records: its sandboxes that have not
 	// ended, placements reserved on it, and their limits added up.
 	Sandboxes int    `json:"sandboxes"`

@@ -47,9 +47,13 @@ type Node struct {
 	// Capacity, reported by the node.
 	CPUs        float64
 	MemoryBytes int64
-	Slots       int      // sandboxes that have not ended it takes
-	Runtimes    []string // runsc, runc: those it can run
-	Templates   []string // built-in templates it has
+	// DiskBytes and DiskFreeBytes are the size and free space (for
+	// unprivileged use) of the file system of its data dir (sandbox
+	// disks, templates, snapshots), as of its last heartbeat.
+	DiskBytes, DiskFreeBytes int64
+	Slots                    int      // sandboxes that have not ended it takes
+	Runtimes                 []string // runsc, runc: those it can run
+	Templates                []string // built-in templates it has
 	// Builds are the custom template builds whose files it holds (built
 	// there, or pulled from the cluster registry): fronts prefer these
 	// nodes for the builds' sandboxes.

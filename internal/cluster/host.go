@@ -6,7 +6,19 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
+
+// Disk returns the size and free space (for unprivileged use) of the
+// file system that holds dir.
+func Disk(dir string) (total, free int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("reading the file system of %s: %w", dir, err)
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
+}
 
 // Meminfo reads the host's total and available memory.
 func Meminfo() (total, avail int64, err error) {

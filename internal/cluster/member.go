@@ -76,11 +76,15 @@ func Join(ctx context.Context, m Member) (*Beat, error) {
 	return b, nil
 }
 
-// describe is the node's entry with the templates it has now: its
-// built-ins, and the custom builds whose files it holds.
+// describe is the node's entry with the templates it has now (its
+// built-ins, and the custom builds whose files it holds) and its data
+// dir's disk space.
 func (m Member) describe() Node {
 	n := m.Self
 	n.Templates, n.Builds = nil, template.Builds(m.DataDir)
+	if total, free, err := Disk(m.DataDir); err == nil {
+		n.DiskBytes, n.DiskFreeBytes = total, free
+	}
 	if ts, err := template.List(m.DataDir); err == nil {
 		for _, t := range ts {
 			n.Templates = append(n.Templates, t.Name)

@@ -38,7 +38,8 @@ type Want struct {
 // places), then the others by load, for retries when a node refuses;
 // with want.Pool, the nodes that reported a ready sandbox of that pool
 // before the others.
-// Nodes without a free slot or without the runtime are left out; none
+// Nodes without a free slot, short of disk or without the runtime are
+// left out; none
 // left is errdefs.ErrResourceExhausted (errdefs.ErrUnavailable when no
 // node is live at all).
 func Place(nodes []Node, want Want, k int) ([]Node, error) {
@@ -49,7 +50,7 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 		}
 		live++
 		if (want.Runtime == "" || slices.Contains(n.Runtimes, want.Runtime)) &&
-			(want.Node == "" || want.Node == n.Name) && n.Sandboxes+n.Reserved < n.Slots {
+			(want.Node == "" || want.Node == n.Name) && n.Sandboxes+n.Reserved < n.Slots && !n.ShortOfDisk() {
 			fit = append(fit, n)
 		}
 	}
@@ -57,10 +58,11 @@ func Place(nodes []Node, want Want, k int) ([]Node, error) {
 	case live == 0:
 		return nil, fmt.Errorf("no live node: %w", errdefs.ErrUnavailable)
 	case len(fit) == 0 && want.Node != "":
-		return nil, fmt.Errorf("node %s cannot take the sandbox (lost, full or without runtime %q): %w",
+		return nil, fmt.Errorf("node %s cannot take the sandbox (lost, full, short of disk or without runtime %q): %w",
 			want.Node, want.Runtime, errdefs.ErrUnavailable)
 	case len(fit) == 0:
-		return nil, fmt.Errorf("no live node has a free slot for runtime %q: %w", orDefault(want.Runtime), errdefs.ErrResourceExhausted)
+		return nil, fmt.Errorf("no live node has a free slot and %d GiB of free disk for runtime %q: %w",
+			MinFreeDisk>>30, orDefault(want.Runtime), errdefs.ErrResourceExhausted)
 	}
 	out := fit
 	if want.Build == "" {
@@ -139,6 +141,15 @@ func orDefault(rt string) string {
 	}
 	return rt
 }
+
+// MinFreeDisk is the free space of its data dir's file system below which
+// a node takes no new sandbox (their disks, snapshots and templates grow
+// there).
+const MinFreeDisk = 1 << 30
+
+// ShortOfDisk reports whether n reported less free disk than MinFreeDisk
+// (a node that reported none is not).
+func (n Node) ShortOfDisk() bool { return n.DiskBytes > 0 && n.DiskFreeBytes < MinFreeDisk }
 
 // Load is how full n is, from 0 (idle) to 1 (full): the larger of the
 // share of its slots taken (sandboxes and reservations) and the share of

@@ -15,6 +15,12 @@ func n(name string, sandboxes, slots int, runtimes ...string) cluster.Node {
 		MemoryBytes: 16 << 30, Runtimes: runtimes}
 }
 
+// disk gives n a data dir of total bytes with free of them free.
+func disk(n cluster.Node, total, free int64) cluster.Node {
+	n.DiskBytes, n.DiskFreeBytes = total, free
+	return n
+}
+
 func names(ns []cluster.Node) []string {
 	var out []string
 	for _, n := range ns {
@@ -63,6 +69,9 @@ func TestPlace(t *testing.T) {
 		{"no live node", []cluster.Node{lost}, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"no node at all", nil, cluster.Want{}, 3, nil, errdefs.ErrUnavailable},
 		{"every node full", []cluster.Node{n("full", 10, 10, "runc")}, cluster.Want{}, 3, nil, errdefs.ErrResourceExhausted},
+		{"a node short of disk is passed over", []cluster.Node{disk(n("a", 0, 10, "runc"), 100<<30, 512<<20),
+			disk(n("b", 5, 10, "runc"), 100<<30, 2<<30), n("c", 8, 10, "runc")}, cluster.Want{}, 3, []string{"b", "c"}, nil},
+		{"every node short of disk", []cluster.Node{disk(n("a", 0, 10, "runc"), 100<<30, 0)}, cluster.Want{}, 3, nil, errdefs.ErrResourceExhausted},
 		{"no node has the runtime", []cluster.Node{n("a", 0, 10, "runc")}, cluster.Want{Runtime: "runsc"}, 3, nil, errdefs.ErrResourceExhausted},
 	}
 	for _, tt := range tests {

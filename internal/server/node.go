@@ -5,8 +5,6 @@ import (
 	"net/http"
 	goruntime "runtime"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/internal/cluster"
 	"github.com/kiln-sh/kiln/internal/config"
@@ -63,11 +61,9 @@ func (s *Server) hostInfo(out *api.NodeInfo, disk bool) error {
 	if !disk {
 		return nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(s.cfg.DataDir, &st); err != nil {
+	if out.DiskBytes, out.DiskFreeBytes, err = cluster.Disk(s.cfg.DataDir); err != nil {
 		return fmt.Errorf("reading the data dir's file system: %w", err)
 	}
-	out.DiskBytes, out.DiskFreeBytes = int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
 	return nil
 }
 
@@ -85,6 +81,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
 	for _, n := range ns {
 		out.Nodes = append(out.Nodes, api.ClusterNode{
 			Name: n.Name, URL: n.URL, State: n.State, Reason: n.Reason, CPUs: n.CPUs, MemoryBytes: n.MemoryBytes,
+			DiskBytes: n.DiskBytes, DiskFreeBytes: n.DiskFreeBytes,
 			Slots: n.Slots, Runtimes: n.Runtimes, Templates: n.Templates, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
 			Sandboxes: n.Sandboxes, Reserved: n.Reserved,
 			Allocated: api.Limits{CPUs: n.AllocatedCPUs, MemoryBytes: n.AllocatedMemoryBytes},

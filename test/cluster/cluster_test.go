@@ -61,12 +61,13 @@ func TestCluster(t *testing.T) {
 		}
 		var live []string
 		for _, n := range ns {
-			if n.State == "live" && n.Slots > 0 && slices.Contains(n.Runtimes, "runc") && slices.Contains(n.Templates, "base") {
+			if n.State == "live" && n.Slots > 0 && slices.Contains(n.Runtimes, "runc") && slices.Contains(n.Templates, "base") &&
+				n.DiskBytes > 0 && n.DiskFreeBytes > 0 && n.DiskFreeBytes <= n.DiskBytes {
 				live = append(live, n.Name)
 			}
 		}
 		if !slices.Equal(live, []string{"node-a", "node-b", "node-c"}) {
-			t.Errorf("GET /v1/nodes through a front: %+v; want node-a, b and c live with slots, runc and base", ns)
+			t.Errorf("GET /v1/nodes through a front: %+v; want node-a, b and c live with slots, disk, runc and base", ns)
 		}
 	})
 

@@ -20,13 +20,16 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	runtimes, templates, builds := n.JSONLists()
 	var prev *string
 	err := s.pool.QueryRow(ctx, `WITH prev AS (SELECT state FROM nodes WHERE name = $1)
-		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
-		VALUES ($1, $2, $10, '', $3, $4, $5, $6::jsonb, $7::jsonb, $9::jsonb, $8, now())
+		INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at,
+			disk_bytes, disk_free_bytes)
+		VALUES ($1, $2, $10, '', $3, $4, $5, $6::jsonb, $7::jsonb, $9::jsonb, $8, now(), $11, $12)
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = excluded.state, reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
+			disk_bytes = excluded.disk_bytes, disk_free_bytes = excluded.disk_free_bytes,
 			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = now()
 		RETURNING (SELECT state FROM prev)`,
-		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt, builds, n.BeatState()).Scan(&prev)
+		n.Name, n.URL, n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, n.StartedAt, builds, n.BeatState(),
+		n.DiskBytes, n.DiskFreeBytes).Scan(&prev)
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -44,6 +47,7 @@ func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.pool, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
 		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at,
 		extract(epoch FROM now() - greatest(n.heartbeat_at, `+catalogStart+`))::float8, n.pools, n.pools_at,
+		n.disk_bytes, n.disk_free_bytes,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > now())
 		FROM nodes n LEFT JOIN (
@@ -62,7 +66,7 @@ func scanNode(row scanner) (cluster.Node, error) {
 		poolsAt                     *time.Time
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
-		&n.StartedAt, &n.HeartbeatAt, &quiet, &pools, &poolsAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&n.StartedAt, &n.HeartbeatAt, &quiet, &pools, &poolsAt, &n.DiskBytes, &n.DiskFreeBytes, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = n.StartedAt.UTC(), n.HeartbeatAt.UTC()

@@ -31,12 +31,15 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 	if err := tx.QueryRowContext(ctx, `SELECT state FROM nodes WHERE name = ?`, n.Name).Scan(&prev); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at)
-		VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?)
+	_, err = tx.ExecContext(ctx, `INSERT INTO nodes (name, url, state, reason, cpus, memory_bytes, slots, runtimes, templates, builds, started_at, heartbeat_at,
+			disk_bytes, disk_free_bytes)
+		VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET url = excluded.url, state = excluded.state, reason = '', cpus = excluded.cpus,
 			memory_bytes = excluded.memory_bytes, slots = excluded.slots, runtimes = excluded.runtimes,
+			disk_bytes = excluded.disk_bytes, disk_free_bytes = excluded.disk_free_bytes,
 			templates = excluded.templates, builds = excluded.builds, started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at`,
-		n.Name, n.URL, n.BeatState(), n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, builds, micros(n.StartedAt), micros(time.Now()))
+		n.Name, n.URL, n.BeatState(), n.CPUs, n.MemoryBytes, n.Slots, runtimes, templates, builds, micros(n.StartedAt), micros(time.Now()),
+		n.DiskBytes, n.DiskFreeBytes)
 	if err != nil {
 		return false, fmt.Errorf("writing node %s heartbeat: %w", n.Name, err)
 	}
@@ -50,6 +53,7 @@ func (s *Store) Heartbeat(ctx context.Context, n cluster.Node) (bool, error) {
 func (s *Store) Nodes(ctx context.Context) ([]cluster.Node, error) {
 	return queryAll(ctx, s.r, "nodes", scanNode, `SELECT n.name, n.url, n.state, n.reason, n.cpus, n.memory_bytes,
 		n.slots, n.runtimes, n.templates, n.builds, n.started_at, n.heartbeat_at, n.pools, n.pools_at,
+		n.disk_bytes, n.disk_free_bytes,
 		coalesce(a.count, 0), coalesce(a.cpus, 0), coalesce(a.memory, 0),
 		(SELECT count(*) FROM node_reservations r WHERE r.node = n.name AND r.expires_at > ?)
 		FROM nodes n LEFT JOIN (
@@ -68,7 +72,7 @@ func scanNode(row scanner) (cluster.Node, error) {
 		poolsAt                     sql.NullInt64
 	)
 	if err := row.Scan(&n.Name, &n.URL, &n.State, &n.Reason, &n.CPUs, &n.MemoryBytes, &n.Slots, &runtimes, &templates, &builds,
-		&started, &heartbeat, &pools, &poolsAt, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
+		&started, &heartbeat, &pools, &poolsAt, &n.DiskBytes, &n.DiskFreeBytes, &n.Sandboxes, &n.AllocatedCPUs, &n.AllocatedMemoryBytes, &n.Reserved); err != nil {
 		return n, err
 	}
 	n.StartedAt, n.HeartbeatAt = fromMicros(started), fromMicros(heartbeat)

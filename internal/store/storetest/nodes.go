@@ -20,6 +20,7 @@ import (
 func node(name string, slots int) cluster.Node {
 	return cluster.Node{
 		Name: name, URL: "http://" + name + ":8420", CPUs: 2, MemoryBytes: 8 << 30, Slots: slots,
+		DiskBytes: 100 << 30, DiskFreeBytes: 40 << 30,
 		Runtimes: []string{"runc", "runsc"}, Templates: []string{"base"}, StartedAt: base,
 		Builds: []string{"b" + strings.Repeat("x", 24), "b" + strings.Repeat("y", 24)},
 	}
