@@ -83,32 +83,43 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, e *edge.Edge, err erro
 // (E2B's 502, which the SDKs read as "the sandbox is gone").
 func WriteGone(w http.ResponseWriter, rawID string) { sandboxGone(w, rawID) }
 
-// TemplateOfPath returns the template (and build, if the path names one)
-// of a template-build path that must reach the node that builds it,
-// which keeps the build's pending steps, uploaded files and logs:
-// /v2/templates/{t}/builds/{b}, /templates/{t}/builds/{b}/status,
-// /templates/{t}/files/{hash}, and /templates/{t} (its delete removes
-// the build's files there). ok is false for any other path (tags,
-// aliases, lists and the rest read the shared catalog).
-func TemplateOfPath(p string) (tmpl, build string, ok bool) {
-	parts := strings.Split(strings.TrimPrefix(p, "/"), "/")
-	switch {
-	case len(parts) == 2 && parts[0] == "templates" && parts[1] != "" && parts[1] != "tags":
-		return parts[1], "", true
-	case len(parts) == 5 && parts[0] == "v2" && parts[1] == "templates" && parts[3] == "builds":
-		return parts[2], parts[4], true
-	case len(parts) == 5 && parts[0] == "templates" && parts[2] == "builds" && parts[4] == "status":
-		return parts[1], parts[3], true
-	case len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
-		return parts[1], "", true
-	}
-	return "", "", false
-}
+// TemplateRoute classes E2B's template routes that must reach one node,
+// for a front (TemplateRouteOf).
+type TemplateRoute int
 
-// IsBuildRequest reports whether r names a new template build (POST
-// /v3/templates), which goes to the node of the template's last build.
-func IsBuildRequest(r *http.Request) bool {
-	return r.Method == http.MethodPost && r.URL.Path == "/v3/templates"
+const (
+	NotTemplate     TemplateRoute = iota
+	TemplateNew                   // POST /v3/templates: a build's request
+	TemplateStart                 // POST /v2/templates/{t}/builds/{b}: its steps, which start it
+	TemplateStatus                // GET /templates/{t}/builds/{b}/status: its status and log
+	TemplateFileAsk               // GET /templates/{t}/files/{hash}: an upload link, or "present"
+	TemplateFilePut               // PUT /templates/{t}/files/{hash}: an upload by a signed link
+	TemplateItself                // /templates/{t}: the template's info, change or delete
+)
+
+// TemplateRouteOf classes r among E2B's template routes that hold state on
+// one node between requests (a pending build, uploaded files, a build's
+// log, upload links signed with that node's secret), with the template
+// and build its path names. Any other request (tags, aliases, lists: the
+// shared catalog's) is NotTemplate.
+func TemplateRouteOf(r *http.Request) (route TemplateRoute, tmpl, build string) {
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	get, post := r.Method == http.MethodGet, r.Method == http.MethodPost
+	switch {
+	case post && r.URL.Path == "/v3/templates":
+		return TemplateNew, "", ""
+	case post && len(parts) == 5 && parts[0] == "v2" && parts[1] == "templates" && parts[3] == "builds":
+		return TemplateStart, parts[2], parts[4]
+	case get && len(parts) == 5 && parts[0] == "templates" && parts[2] == "builds" && parts[4] == "status":
+		return TemplateStatus, parts[1], parts[3]
+	case get && len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
+		return TemplateFileAsk, parts[1], ""
+	case r.Method == http.MethodPut && len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
+		return TemplateFilePut, parts[1], ""
+	case len(parts) == 2 && parts[0] == "templates" && parts[1] != "" && parts[1] != "tags":
+		return TemplateItself, parts[1], ""
+	}
+	return NotTemplate, "", ""
 }
 
 // KilnTemplate is the Kiln template an E2B template id names (E2B's

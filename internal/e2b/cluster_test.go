@@ -55,28 +55,28 @@ func TestClusterRouting(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		path, tmpl, build string
-		ok                bool
+		method, path, tmpl, build string
+		route                     e2b.TemplateRoute
 	}{
-		{"/v2/templates/site/builds/b1", "site", "b1", true},
-		{"/templates/site/builds/b1/status", "site", "b1", true},
-		{"/templates/site/files/" + strings.Repeat("a", 64), "site", "", true},
-		{"/templates/site/tags", "", "", false},
-		{"/templates/aliases/site", "", "", false},
-		{"/templates/tags", "", "", false},
-		{"/templates/site", "site", "", true},
-		{"/templates", "", "", false},
-		{"/templates/", "", "", false},
-		{"/v3/templates", "", "", false},
-		{"/templates/site/builds/b1", "", "", false},
+		{"POST", "/v3/templates", "", "", e2b.TemplateNew},
+		{"GET", "/v3/templates", "", "", e2b.NotTemplate},
+		{"POST", "/v2/templates/site/builds/b1", "site", "b1", e2b.TemplateStart},
+		{"GET", "/templates/site/builds/b1/status", "site", "b1", e2b.TemplateStatus},
+		{"GET", "/templates/site/files/" + strings.Repeat("a", 64), "site", "", e2b.TemplateFileAsk},
+		{"PUT", "/templates/site/files/" + strings.Repeat("a", 64), "site", "", e2b.TemplateFilePut},
+		{"DELETE", "/templates/site/files/" + strings.Repeat("a", 64), "", "", e2b.NotTemplate},
+		{"GET", "/templates/site/tags", "", "", e2b.NotTemplate},
+		{"GET", "/templates/aliases/site", "", "", e2b.NotTemplate},
+		{"GET", "/templates/tags", "", "", e2b.NotTemplate},
+		{"DELETE", "/templates/site", "site", "", e2b.TemplateItself},
+		{"GET", "/templates", "", "", e2b.NotTemplate},
+		{"GET", "/templates/", "", "", e2b.NotTemplate},
+		{"GET", "/templates/site/builds/b1", "", "", e2b.NotTemplate},
 	} {
-		tmpl, build, ok := e2b.TemplateOfPath(tc.path)
-		if tmpl != tc.tmpl || build != tc.build || ok != tc.ok {
-			t.Errorf("TemplateOfPath(%q) = %q, %q, %v; want %q, %q, %v", tc.path, tmpl, build, ok, tc.tmpl, tc.build, tc.ok)
+		route, tmpl, build := e2b.TemplateRouteOf(httptest.NewRequest(tc.method, tc.path, nil))
+		if route != tc.route || tmpl != tc.tmpl || build != tc.build {
+			t.Errorf("TemplateRouteOf(%s %s) = %v, %q, %q; want %v, %q, %q", tc.method, tc.path, route, tmpl, build, tc.route, tc.tmpl, tc.build)
 		}
-	}
-	if !e2b.IsBuildRequest(httptest.NewRequest("POST", "/v3/templates", nil)) || e2b.IsBuildRequest(httptest.NewRequest("GET", "/v3/templates", nil)) {
-		t.Error("IsBuildRequest: want POST /v3/templates only")
 	}
 	for _, tc := range []struct {
 		host, domain string

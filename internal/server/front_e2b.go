@@ -146,12 +146,6 @@ func (s *Server) frontE2BControl(w http.ResponseWriter, r *http.Request) error {
 	if ok, err := s.frontE2BTemplates(w, r); ok {
 		return err
 	}
-	// The rest of a template's routes (its delete, its info) go to the
-	// node of its build.
-	if tmpl, build, ok := e2b.TemplateOfPath(r.URL.Path); ok || e2b.IsBuildRequest(r) {
-		edge.StreamBody(r)
-		return s.frontE2BTemplate(w, r, tmpl, build)
-	}
 	if e2b.SignedFiles(r) {
 		edge.StreamBody(r)
 		return s.frontSignedFiles(w, r)

@@ -3,9 +3,9 @@ package server
 import (
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/kiln-sh/kiln/internal/cluster"
+	"github.com/kiln-sh/kiln/internal/e2b"
 	"github.com/kiln-sh/kiln/internal/edge"
 	"github.com/kiln-sh/kiln/internal/errdefs"
 )
@@ -59,33 +59,27 @@ func (s *Server) toBuildNode(w http.ResponseWriter, r *http.Request, id string, 
 		return s.toAnyNode(w, r, fail)
 	}
 	n, err := s.front.dir.Node(r.Context(), rec.Node)
-	if err != nil || n.State != cluster.NodeLive {
+	if err != nil || !n.Serving() {
 		return s.toAnyNode(w, r, fail)
 	}
 	s.front.proxy.Forward(w, r, n, fail)
 	return nil
 }
 
-// frontE2BTemplates routes E2B's template build routes on a front, as
-// the native ones: the build request, its upload links and uploads and
-// its start to the key's build node (an upload names its owner in its
-// signed URL, which only the node that signed it can check), the
-// status (with the log) to the build's node. ok is false for any other
-// request.
+// frontE2BTemplates routes E2B's template routes on a front, as the
+// native ones: the build request, its upload links and its start to the
+// key's build node, an upload to the build node of the owner its signed
+// link names (only the node that signed it can check it), the status
+// (with the log) to the build's node, and a template's own route (info,
+// change, delete: it removes the build's files there) to the node of its
+// last build. ok is false for any other request.
 func (s *Server) frontE2BTemplates(w http.ResponseWriter, r *http.Request) (ok bool, err error) {
-	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	switch {
-	case r.Method == http.MethodPost && r.URL.Path == "/v3/templates",
-		r.Method == http.MethodPost && len(parts) == 5 && parts[0] == "v2" && parts[1] == "templates" && parts[3] == "builds",
-		r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
-		k, err := s.edge.Authenticate(r, edge.AnyKey)
-		if err != nil {
-			return true, err
-		}
-		edge.StreamBody(r)
-		return true, s.toOwnerNode(w, r, k.Key.ID, s.e2bProblem)
-	case r.Method == http.MethodPut && len(parts) == 4 && parts[0] == "templates" && parts[2] == "files":
-		edge.StreamBody(r)
+	route, tmpl, build := e2b.TemplateRouteOf(r)
+	if route == e2b.NotTemplate {
+		return false, nil
+	}
+	edge.StreamBody(r)
+	if route == e2b.TemplateFilePut {
 		// The node checks the signature; a request without one is held
 		// to this front's cap on anonymous requests.
 		if !carriesCredential(r) {
@@ -95,11 +89,20 @@ func (s *Server) frontE2BTemplates(w http.ResponseWriter, r *http.Request) (ok b
 			}
 		}
 		return true, s.toOwnerNode(w, r, r.URL.Query().Get("owner"), s.e2bProblem)
-	case r.Method == http.MethodGet && len(parts) == 5 && parts[0] == "templates" && parts[2] == "builds" && parts[4] == "status":
-		if _, err := s.edge.Authenticate(r, edge.AnyKey); err != nil {
-			return true, err
-		}
-		return true, s.toBuildNode(w, r, parts[3], s.e2bProblem)
 	}
-	return false, nil
+	k, err := s.edge.Authenticate(r, edge.AnyKey)
+	if err != nil {
+		return true, err
+	}
+	switch route {
+	case e2b.TemplateStatus:
+		return true, s.toBuildNode(w, r, build, s.e2bProblem)
+	case e2b.TemplateItself:
+		bs, err := s.front.catalog.Store.ListBuilds(r.Context(), k.Key.ID, tmpl, 1)
+		if err != nil || len(bs) == 0 {
+			return true, s.toAnyNode(w, r, s.e2bProblem)
+		}
+		return true, s.toBuildNode(w, r, bs[0].ID, s.e2bProblem)
+	}
+	return true, s.toOwnerNode(w, r, k.Key.ID, s.e2bProblem)
 }
