@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
@@ -41,24 +42,44 @@ func (m *Manager) adopt(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing sandbox dirs: %w", err)
 	}
+	// Orphans are removed a few at a time: each costs runtime commands and
+	// unmounts (seconds on a loaded host), and a node that comes back from
+	// lost may hold dozens whose records the catalog failed meanwhile.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, orphanCleanups)
 	for _, e := range ents {
 		id, err := ParseID(e.Name())
 		if err != nil || !e.IsDir() || live[id] {
 			continue
 		}
-		if rec, err := m.store.GetSandbox(ctx, id); err == nil && rec.Node != m.cfg.Node && !rec.State.Terminal() {
-			// Moved to another node from the shared snapshot dir while
-			// this one was lost: only its files here are this node's (its
-			// container went with its pause; the id's container, if any,
-			// is the other node's on a host they share).
-			m.log.Info("removing the files of a sandbox moved to another node", "sandbox_id", id, "node", rec.Node)
-			m.removeFiles(ctx, id)
-			continue
-		}
-		m.log.Warn("removing orphaned sandbox dir", "sandbox_id", id)
-		m.cleanup(ctx, id, nil)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.removeOrphan(ctx, id)
+		}()
 	}
+	wg.Wait()
 	return nil
+}
+
+// orphanCleanups bounds the orphaned sandbox dirs adopt removes at once.
+const orphanCleanups = 4
+
+// removeOrphan removes sandbox dir id, which no record of this node
+// names as live.
+func (m *Manager) removeOrphan(ctx context.Context, id ID) {
+	if rec, err := m.store.GetSandbox(ctx, id); err == nil && rec.Node != m.cfg.Node && !rec.State.Terminal() {
+		// Moved to another node from the shared snapshot dir while this
+		// one was lost: only its files here are this node's (its
+		// container went with its pause; the id's container, if any, is
+		// the other node's on a host they share).
+		m.log.Info("removing the files of a sandbox moved to another node", "sandbox_id", id, "node", rec.Node)
+		m.removeFiles(ctx, id)
+		return
+	}
+	m.log.Warn("removing orphaned sandbox dir", "sandbox_id", id)
+	m.cleanup(ctx, id, nil)
 }
 
 // adoptOne re-adopts one record's sandbox, or fails it; it reports whether
