@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,11 +57,23 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	fs.IntVar(&lo.Commands, "load-commands", 1000, "commands run across them")
 	fs.IntVar(&lo.Concurrency, "load-concurrency", 16, "commands in flight")
 	fs.IntVar(&lo.Overhead, "overhead", 200, "round trips per path for the API overhead comparison")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process Manager) to this file")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (templates)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
 	runtimes := strings.Split(*rts, ",")
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rep := bench.NewReport(strings.Join(append([]string{"kiln", "bench"}, args...), " "))
 	m, im, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {

@@ -35,6 +35,14 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep.Add("concurrency", conc)
+	for _, r := range conc.Results {
+		// Every part of a create costs CPU somewhere: the Manager, the
+		// runtime's commands, the container's cgroup (its init, the agent).
+		if r.CPU == nil || r.CPU.Kiln <= 0 || r.CPU.Commands <= 0 || r.CPU.Sandboxes <= 0 || r.Rate <= 0 {
+			t.Errorf("concurrency %d: host CPU per create %+v, %.1f creates/s", r.Concurrency, r.CPU, r.Rate)
+		}
+		t.Logf("concurrency %d: host CPU per create %+v, %.1f creates/s", r.Concurrency, *r.CPU, r.Rate)
+	}
 	dens, err := bench.Density(ctx, target, rts, 1<<30, 3, io.Discard)
 	if err != nil {
 		t.Fatal(err)
