@@ -48,7 +48,7 @@ func Concurrency(ctx context.Context, t Target, runtimes []string, levels []int,
 				d := make([]time.Duration, c)
 				errs := make([]error, c)
 				var wg sync.WaitGroup
-				before, t0 := hostCPU(), time.Now()
+				before, t0 := processCPU(), time.Now()
 				for i := range c {
 					wg.Go(func() {
 						start := time.Now()
@@ -58,7 +58,9 @@ func Concurrency(ctx context.Context, t Target, runtimes []string, levels []int,
 				}
 				wg.Wait()
 				wall += time.Since(t0)
-				per := perCreate(before, hostCPU(), c)
+				after := processCPU()
+				after.Sandboxes = sandboxesCPU(ids)
+				per := perCreate(before, after, c)
 				cpu.Kiln += per.Kiln
 				cpu.Commands += per.Commands
 				cpu.Sandboxes += per.Sandboxes

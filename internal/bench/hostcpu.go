@@ -2,17 +2,16 @@ package bench
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// sandboxesCPUFile is cpuacct's usage (ns) of the cgroup every sandbox's
-// cgroup sits under (cgroupsPath "/kiln/<id>", cgroup v1). cpuacct
-// charges a task's time to its cgroup and every ancestor, so the parent
-// keeps the time of sandboxes already removed.
-const sandboxesCPUFile = "/sys/fs/cgroup/cpuacct/kiln/cpuacct.usage"
+// sandboxCgroups is cgroup v1's cpuacct hierarchy under which every
+// sandbox has its cgroup (cgroupsPath "/kiln/<id>").
+const sandboxCgroups = "/sys/fs/cgroup/cpuacct/kiln"
 
 // CreateCPU is host CPU time per create, split by who spent it.
 type CreateCPU struct {
@@ -30,8 +29,8 @@ type CreateCPU struct {
 // Total is the sum.
 func (c CreateCPU) Total() time.Duration { return c.Kiln + c.Commands + c.Sandboxes }
 
-// hostCPU samples the counters CreateCPU is made of.
-func hostCPU() CreateCPU {
+// processCPU samples this process's CPU and its waited-for children's.
+func processCPU() CreateCPU {
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
 	var c CreateCPU
 	var ru syscall.Rusage
@@ -41,11 +40,24 @@ func hostCPU() CreateCPU {
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		c.Commands = tv(ru.Utime) + tv(ru.Stime)
 	}
-	if b, err := os.ReadFile(sandboxesCPUFile); err == nil {
-		n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		c.Sandboxes = time.Duration(n)
-	}
 	return c
+}
+
+// sandboxesCPU is the CPU the cgroups of sandboxes ids were charged
+// (their whole lives so far): only these sandboxes', whatever else runs
+// on the host.
+func sandboxesCPU(ids []string) time.Duration {
+	var sum time.Duration
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(sandboxCgroups, id, "cpuacct.usage")); err == nil {
+			n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			sum += time.Duration(n)
+		}
+	}
+	return sum
 }
 
 // perCreate is (to - from) / n.
