@@ -122,6 +122,11 @@ func measureStep(ctx context.Context, t Target, ids []string, idle time.Duration
 		threads += cgroupInt(filepath.Join("/sys/fs/cgroup/pids/kiln", id, "pids.current"))
 		procs, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/pids/kiln", id, "cgroup.procs"))
 		for _, p := range strings.Fields(string(procs)) {
+			// runsc's systrap stubs (no command line) share the Sentry's
+			// fd table: counted once, with the Sentry.
+			if cmd, _ := os.ReadFile("/proc/" + p + "/cmdline"); len(cmd) == 0 {
+				continue
+			}
 			d, _ := os.ReadDir("/proc/" + p + "/fd")
 			fds += len(d)
 		}
@@ -174,5 +179,5 @@ func (r *DensityStepsResult) WriteMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %d | %.1f | %s | %s | %.0f | %.0f | %.2f ms/s | %.2f cores | %s | %s | %s | %s |\n", s.N, s.CreatesPerS, ms(s.CreateP50),
 			mib(s.PSSBytes), s.Threads, s.FDs, s.IdleCPUMsPS, s.HostIdleCPU, ms(s.ListP50), ms(s.ListMax), mib(s.MemAvailable), s.Load1)
 	}
-	fmt.Fprintf(w, "\n*Threads* are the tasks in the sandbox's pids cgroup (runsc: Sentry, gofer, systrap stubs); *fds* those of its host processes; *idle CPU* is what its cgroup was charged over %s with nothing running in it, in ms of CPU per second; *list* is `List` of the first page (`GET /v1/sandboxes` with --server), 10 times at each step.\n", r.Opts.Idle)
+	fmt.Fprintf(w, "\n*Threads* are the tasks in the sandbox's pids cgroup (runsc: Sentry, gofer, systrap stubs); *fds* those of its host processes (runsc's systrap stubs share the Sentry's table and are not counted again); *idle CPU* is what its cgroup was charged over %s with nothing running in it, in ms of CPU per second; *list* is `List` of the first page (`GET /v1/sandboxes` with --server), 10 times at each step.\n", r.Opts.Idle)
 }
