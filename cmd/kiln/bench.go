@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,12 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	levelSamples := fs.Int("concurrency-samples", 50, "creates per concurrency level (at least the level)")
 	density := fs.String("density", "2G", "memory budget for the density run (\"\" skips)")
 	densityMax := fs.Int("density-max", 100, "most idle sandboxes the density run makes per runtime")
+	var ds bench.DensityStepsOptions
+	fs.IntVar(&ds.Step, "density-steps", 0, "stepwise density run: idle sandboxes added this many at a time, the host measured after each step (0 skips)")
+	fs.IntVar(&ds.Max, "density-steps-max", 1000, "most sandboxes the stepwise density run makes")
+	fs.StringVar(&ds.Runtime, "density-steps-runtime", "runsc", "runtime of the stepwise density run")
+	fs.DurationVar(&ds.Idle, "density-steps-idle", 5*time.Second, "idle time over which each step's idle CPU is measured")
+	densityFloor := fs.String("density-steps-floor", "4G", "the stepwise density run stops adding before MemAvailable would fall below this")
 	churn := fs.Duration("churn", time.Minute, "create/kill loop per runtime, with leak and baseline checks (0 skips)")
 	serverURL := fs.String("server", "", "drive a running kiln serve at this URL (KILN_API_KEY) for the concurrency, density and churn runs; the rest is skipped")
 	out := fs.String("out", "docs/benchmarks.md", "markdown report to write (- for stdout only)")
@@ -56,11 +63,23 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	fs.IntVar(&lo.Commands, "load-commands", 1000, "commands run across them")
 	fs.IntVar(&lo.Concurrency, "load-concurrency", 16, "commands in flight")
 	fs.IntVar(&lo.Overhead, "overhead", 200, "round trips per path for the API overhead comparison")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the in-process Manager) to this file")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory (templates)")
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
 	runtimes := strings.Split(*rts, ",")
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rep := bench.NewReport(strings.Join(append([]string{"kiln", "bench"}, args...), " "))
 	m, im, st, closeManager, err := privateManager(ctx, cfg, log, "bench-")
 	if err != nil {
@@ -109,6 +128,20 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			return err
 		}
 		rep.Add("density", res)
+	}
+	if ds.Step > 0 {
+		floor, err := config.ParseBytes(*densityFloor)
+		if err != nil || ds.Max < 1 || ds.Idle <= 0 {
+			return fmt.Errorf("--density-steps-floor %q, --density-steps-max %d, --density-steps-idle %s: want a size, a positive number and a duration", *densityFloor, ds.Max, ds.Idle)
+		}
+		ds.Floor = floor
+		res, err := bench.DensitySteps(ctx, target, ds, os.Stderr)
+		if res != nil {
+			rep.Add("density_steps", res)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if *churn > 0 {
 		res, err := bench.Churn(ctx, target, runtimes, *churn, cfg.DataDir, os.Stderr)

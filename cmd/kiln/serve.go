@@ -55,6 +55,10 @@ func serveCmd(ctx context.Context, cfg config.Config, args []string) error {
 		cfg.Server.Pools = config.Pools{}
 	}
 	fs.Var(cfg.Server.Pools, "pool", `ready sandboxes kept per template (name or name:tag), e.g. "code-interpreter=2,base=4,site:v2=1" (KILN_POOL)`)
+	if cfg.Server.PoolBursts == nil {
+		cfg.Server.PoolBursts = config.Pools{}
+	}
+	fs.Var(cfg.Server.PoolBursts, "pool-burst", `most ready sandboxes demand may grow a pool to, e.g. "base=16": the pool keeps as many as creates asked it for in the last minute, at least its --pool size (KILN_POOL_BURST; docs/pools.md)`)
 	fs.Var(networkFlag{&cfg.Network.Setup}, "network",
 		`sandbox networking (NAT, egress policy, DNS): "auto" where the host can, "on" (fail if it cannot) or "off"; a bare --network is on (KILN_NETWORK)`)
 	fs.StringVar(&cfg.Network.DefaultMode, "network-default", cfg.Network.DefaultMode,
@@ -162,6 +166,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	// Warm checkpoints missing (e.g. after an upgrade of kiln or runsc) are
 	// built in the background; pools fill once their template's is there.
+	im.SetPoolBursts(cfg.Server.PoolBursts)
 	warmed := make(chan struct{})
 	go func() {
 		defer close(warmed)

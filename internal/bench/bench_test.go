@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/bench"
+	"github.com/kiln-sh/kiln/internal/sandbox"
 	"github.com/kiln-sh/kiln/internal/sandbox/sandboxtest"
 )
 
@@ -35,6 +36,14 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep.Add("concurrency", conc)
+	for _, r := range conc.Results {
+		// Every part of a create costs CPU somewhere: the Manager, the
+		// runtime's commands, the container's cgroup (its init, the agent).
+		if r.CPU == nil || r.CPU.Kiln <= 0 || r.CPU.Commands <= 0 || r.CPU.Sandboxes <= 0 || r.Rate <= 0 {
+			t.Errorf("concurrency %d: host CPU per create %+v, %.1f creates/s", r.Concurrency, r.CPU, r.Rate)
+		}
+		t.Logf("concurrency %d: host CPU per create %+v, %.1f creates/s", r.Concurrency, *r.CPU, r.Rate)
+	}
 	dens, err := bench.Density(ctx, target, rts, 1<<30, 3, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -73,5 +82,35 @@ func TestReport(t *testing.T) {
 	}
 	if !bytes.Contains(got.Sections["concurrency"], []byte(`"p95_ms"`)) {
 		t.Errorf("concurrency section: %s", got.Sections["concurrency"])
+	}
+}
+
+// TestDensitySteps adds idle runc sandboxes two at a time and checks each
+// step measured the host: memory, threads, fds, the list's latency; and
+// that they were all killed.
+func TestDensitySteps(t *testing.T) {
+	cfg := sandboxtest.Config(t, agentPath)
+	m := sandboxtest.NewManager(t, cfg)
+	ctx := context.Background()
+	res, err := bench.DensitySteps(ctx, bench.Manager(m), bench.DensityStepsOptions{Runtime: "runc", Max: 4, Step: 2, Idle: time.Second}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Steps) != 2 || res.Stopped != "cap" || res.Steps[1].N != 4 {
+		t.Fatalf("steps %+v, stopped %q; want 2 steps to 4 sandboxes, stopped by the cap", res.Steps, res.Stopped)
+	}
+	for _, s := range res.Steps {
+		if s.PSSBytes <= 0 || s.Threads < 1 || s.FDs < 1 || s.ListP50 <= 0 || s.CreatesPerS <= 0 || s.MemAvailable <= 0 {
+			t.Errorf("step %+v: a measure is missing", s)
+		}
+		t.Logf("%+v", s)
+	}
+	if live, _, err := m.List(ctx, sandbox.Filter{States: []sandbox.State{sandbox.StateRunning}}); err != nil || len(live) != 0 {
+		t.Errorf("after the run: %d sandboxes left (%v)", len(live), err)
+	}
+	var md bytes.Buffer
+	res.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "| 4 |") {
+		t.Errorf("markdown lacks the step of 4:\n%s", md.String())
 	}
 }

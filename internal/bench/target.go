@@ -17,6 +17,9 @@ type Target interface {
 	// Create makes a sandbox of runtime and runs `true` in it.
 	Create(ctx context.Context, runtime string) (id string, err error)
 	Kill(ctx context.Context, id string) error
+	// List lists the first page of sandboxes (GET /v1/sandboxes on a
+	// server), for its latency.
+	List(ctx context.Context) error
 	String() string
 }
 
@@ -50,6 +53,11 @@ func (t managerTarget) Kill(ctx context.Context, id string) error {
 	return t.m.Kill(ctx, sandbox.ID(id))
 }
 
+func (t managerTarget) List(ctx context.Context) error {
+	_, _, err := t.m.List(ctx, sandbox.Filter{})
+	return err
+}
+
 func (managerTarget) String() string { return "in-process Manager" }
 
 type serverTarget struct {
@@ -72,5 +80,10 @@ func (t serverTarget) Create(ctx context.Context, rt string) (string, error) {
 }
 
 func (t serverTarget) Kill(ctx context.Context, id string) error { return t.c.KillSandbox(ctx, id) }
+
+func (t serverTarget) List(ctx context.Context) error {
+	_, err := t.c.ListSandboxes(ctx, client.ListFilter{})
+	return err
+}
 
 func (t serverTarget) String() string { return "kiln serve at " + t.url }

@@ -100,6 +100,12 @@ type Server struct {
 	// (KILN_POOL, e.g. "code-interpreter=2"; default none).
 	Pools    Pools
 	poolsErr error // a malformed KILN_POOL, for Validate
+	// PoolBursts are how far demand may grow each pool (KILN_POOL_BURST,
+	// kiln serve --pool-burst, written as Pools): a pool keeps as many
+	// ready sandboxes as creates asked it for in the last minute, between
+	// its size and its burst size (docs/pools.md).
+	PoolBursts    Pools
+	poolBurstsErr error
 	// Edge bounds slow and anonymous clients (edge.go).
 	Edge Edge
 	// Builds bounds template builds (builds.go).
@@ -273,6 +279,7 @@ func FromEnv() Config {
 		c.Liveness.Misses = n
 	}
 	c.Server.Pools, c.Server.poolsErr = ParsePools(os.Getenv("KILN_POOL"))
+	c.Server.PoolBursts, c.Server.poolBurstsErr = ParsePools(os.Getenv("KILN_POOL_BURST"))
 	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -397,6 +404,9 @@ func (s Server) validate() error {
 	}
 	if s.poolsErr != nil {
 		errs = append(errs, fmt.Errorf("KILN_POOL: %w", s.poolsErr))
+	}
+	if s.poolBurstsErr != nil {
+		errs = append(errs, fmt.Errorf("KILN_POOL_BURST: %w", s.poolBurstsErr))
 	}
 	if s.ShutdownGrace < 0 {
 		errs = append(errs, errors.New("shutdown grace (KILN_SHUTDOWN_GRACE) must be a duration such as 10s"))

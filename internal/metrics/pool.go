@@ -29,7 +29,7 @@ func (m *Metrics) RegisterImages(src ImageSource) {
 
 var (
 	poolSizeDesc   = prometheus.NewDesc("kiln_pool_size", "Ready sandboxes in a template's pool.", []string{"template"}, nil)
-	poolTargetDesc = prometheus.NewDesc("kiln_pool_target", "Configured size of a template's pool.", []string{"template"}, nil)
+	poolTargetDesc = prometheus.NewDesc("kiln_pool_target", "Ready sandboxes a template's pool is kept at: its configured size, or more while demand grows it (--pool-burst).", []string{"template"}, nil)
 	poolHitsDesc   = prometheus.NewDesc("kiln_pool_hits_total", "Creates of a pooled template served from its pool.", []string{"template"}, nil)
 	poolMissesDesc = prometheus.NewDesc("kiln_pool_misses_total", "Creates of a pooled template that found no compatible ready sandbox.", []string{"template"}, nil)
 )

@@ -41,7 +41,7 @@ kiln_pool_misses_total{template="code-interpreter"} 0
 # TYPE kiln_pool_size gauge
 kiln_pool_size{template="base"} 3
 kiln_pool_size{template="code-interpreter"} 2
-# HELP kiln_pool_target Configured size of a template's pool.
+# HELP kiln_pool_target Ready sandboxes a template's pool is kept at: its configured size, or more while demand grows it (--pool-burst).
 # TYPE kiln_pool_target gauge
 kiln_pool_target{template="base"} 4
 kiln_pool_target{template="code-interpreter"} 2

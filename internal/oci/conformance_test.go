@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -223,6 +224,20 @@ func TestForceDelete(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Pids (runsc: from its state file, no command) agrees with State.
+		want := append([]int{st.Pid}, st.HelperPids...)
+		if pids, err := rt.Pids(context.Background(), s.id); err != nil || !slices.Equal(pids, want) {
+			t.Errorf("Pids = %v, %v; want %v (State)", pids, err, want)
+		}
+		if rt.Name() == "runsc" {
+			// Read from its state file, not through the fallback to State.
+			pid, gofer, bundle, ok := rt.StateFile(s.id)
+			if !ok || !slices.Equal([]int{pid, gofer}, want) || bundle != s.bundle {
+				t.Errorf("runsc state file: %d, %d, %q, %v; want %v and bundle %q", pid, gofer, bundle, ok, want, s.bundle)
+			}
+		}
+		// Delete finds the container's cgroups (runsc: its bundle from its
+		// state file) and removes them: assertNoLeftovers.
 		if err := rt.Delete(context.Background(), s.id, true); err != nil {
 			t.Fatalf("Delete(force): %v", err)
 		}

@@ -90,6 +90,16 @@ func openLoopDev(n int) (*os.File, error) {
 	return f, nil
 }
 
+// backingFile is the backing file of loop device dev (e.g. /dev/loop3);
+// "" if it has none (detached) or does not exist.
+func backingFile(dev string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(string(b), "\n")
+}
+
 // loopsFor lists loop devices (e.g. /dev/loop3) whose backing file is image.
 func loopsFor(image string) ([]string, error) {
 	matches, err := filepath.Glob("/sys/block/loop*/loop/backing_file")

@@ -177,14 +177,7 @@ func TestUnmountPartial(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	// As after a crash between steps: image mounted, no overlay.
-	dir := filepath.Join(t.TempDir(), "sb")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	image := filepath.Join(dir, imageName)
-	if err := makeImage(context.Background(), image, 32<<20); err != nil {
-		t.Fatal(err)
-	}
+	dir, image := imageDir(t)
 	if err := mountImage(image, filepath.Join(dir, layerName)); err != nil {
 		t.Fatal(err)
 	}
@@ -306,4 +299,46 @@ func TestRemount(t *testing.T) {
 			assertGone(t, l.Dir())
 		})
 	}
+}
+
+// The loop devices a layer was mounted from are found through mountinfo
+// (not by reading every loop device's backing file); an image left on a
+// loop device without a mount (no autoclear: as an older build, or a
+// hand's losetup, leaves it) is still found by the scan and detached.
+func TestUnmountFindsLoops(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	l := mount(t, lowerDir(t), 32<<20)
+	loops := loopSourcesUnder(l.Dir())
+	if len(loops) != 1 || backingFile(loops[0]) != filepath.Join(l.Dir(), imageName) {
+		t.Fatalf("mounted loop devices %v (backing %q); want the layer image's one", loops, backingFile(loops[0]))
+	}
+	if err := Unmount(context.Background(), l.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, l.Dir())
+
+	dir, image := imageDir(t)
+	if out, err := exec.Command("losetup", "-f", image).CombinedOutput(); err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	if err := Unmount(context.Background(), dir); err != nil {
+		t.Fatalf("Unmount: %v", err)
+	}
+	assertGone(t, dir)
+}
+
+// imageDir makes a sandbox dir holding a 32 MiB layer image, nothing
+// mounted.
+func imageDir(t *testing.T) (dir, image string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "sb")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	image = filepath.Join(dir, imageName)
+	if err := makeImage(context.Background(), image, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	return dir, image
 }

@@ -45,6 +45,8 @@ type Images struct {
 
 	mu    sync.Mutex
 	pools *pools // ready sandboxes per template (pool.go)
+	// poolBursts are the pools' burst sizes (SetPoolBursts).
+	poolBursts map[string]int
 }
 
 // core is what Images uses of the Manager, and all it uses (the compiler

@@ -404,7 +404,9 @@ func learnProcs(rt oci.Runtime, id string) *procs {
 		defer close(p.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if st, err := rt.State(ctx, id); err == nil {
+		if cli, ok := rt.(*oci.CLI); ok {
+			p.pids, _ = cli.Pids(ctx, id) // runsc: its state file, no command
+		} else if st, err := rt.State(ctx, id); err == nil {
 			p.pids = append([]int{st.Pid}, st.HelperPids...)
 		}
 	}()

@@ -42,7 +42,8 @@ type PoolStat struct {
 	Template     string // the pool's name, as configured
 	Build        string // the build it holds ("" until resolved): a custom build's id, a built-in's hash
 	Ready        int    // sandboxes waiting to be claimed
-	Target       int    // configured size
+	Target       int    // ready sandboxes it is kept at now: Size, or more while demand grows it
+	Size         int    // configured size
 	Hits, Misses uint64 // creates of the template that did / did not get one
 }
 
@@ -56,6 +57,14 @@ type pools struct {
 	misses  map[string]uint64
 	closed  bool
 	claimed time.Time // last claim; refills wait refillDelay after it
+
+	// Sizing from demand (see target): a pool's configured size (targets)
+	// is its floor; bursts is how far demand may grow it; demand holds the
+	// times of the creates that asked it for a sandbox (hits and misses)
+	// within demandWindow; filling counts fills in flight.
+	bursts  map[string]int
+	demand  map[string][]time.Time
+	filling map[string]int
 
 	wake   chan struct{} // 1-buffered: a claim happened
 	cancel context.CancelFunc
@@ -77,6 +86,19 @@ const fillBackoff = 30 * time.Second
 // claimed sandbox's first requests would otherwise compete with.
 const refillDelay = 300 * time.Millisecond
 
+// demandWindow is how far back a pool counts the creates that asked it
+// for a sandbox: a pool with a burst size is kept at as many ready
+// sandboxes as creates asked for in the last demandWindow (within its
+// size and its burst size), so a burst that comes again is served from
+// the pool, and a minute after the last one the extras are destroyed.
+const demandWindow = time.Minute
+
+// burstFillers is how many fills run at once while a pool is above its
+// configured size (demand grew it): two runsc boots in parallel make
+// ~1.9 times the sandboxes per second of one on a 2-core host
+// (docs/benchmarks.md, concurrency 1 vs 10). Otherwise one at a time.
+const burstFillers = 2
+
 // poolRefresh is how often the filler resolves the pools' names again.
 const poolRefresh = 5 * time.Second
 
@@ -85,8 +107,7 @@ const poolRefresh = 5 * time.Second
 // no usable warm checkpoint gets one built first. Call it once (again
 // after StopPools).
 func (im *Images) StartPools(sizes map[string]int) {
-	p := &pools{targets: map[string]int{}, builds: map[string]string{}, ready: map[string][]*pooled{}, hits: map[string]uint64{},
-		misses: map[string]uint64{}, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := newPools()
 	for name, n := range sizes {
 		if n > 0 {
 			p.targets[name] = n
@@ -95,9 +116,38 @@ func (im *Images) StartPools(sizes map[string]int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	im.mu.Lock()
+	maps.Copy(p.bursts, im.poolBursts)
 	im.pools = p
 	im.mu.Unlock()
 	go im.fill(ctx, p)
+}
+
+func newPools() *pools {
+	return &pools{targets: map[string]int{}, builds: map[string]string{}, ready: map[string][]*pooled{}, hits: map[string]uint64{},
+		misses: map[string]uint64{}, bursts: map[string]int{}, demand: map[string][]time.Time{}, filling: map[string]int{},
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// SetPoolBursts lets demand grow each named pool up to bursts[name]
+// ready sandboxes (kiln serve --pool-burst): a pool keeps as many as
+// creates asked it for in the last minute, at least its size (StartPools,
+// SetPoolSizes) and at most its burst size. A pool without one keeps its
+// size. It holds across StartPools and SetPoolSizes.
+func (im *Images) SetPoolBursts(bursts map[string]int) {
+	im.mu.Lock()
+	im.poolBursts = maps.Clone(bursts)
+	p := im.pools
+	im.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.bursts = maps.Clone(bursts)
+	if p.bursts == nil {
+		p.bursts = map[string]int{}
+	}
+	p.mu.Unlock()
+	p.kick()
 }
 
 func (im *Images) pool() *pools {
@@ -116,73 +166,159 @@ func (im *Images) PoolStats() []PoolStat {
 	defer p.mu.Unlock()
 	var out []PoolStat
 	for _, name := range slices.Sorted(maps.Keys(p.targets)) {
-		out = append(out, PoolStat{Template: name, Build: p.builds[name], Ready: len(p.ready[name]), Target: p.targets[name],
-			Hits: p.hits[name], Misses: p.misses[name]})
+		out = append(out, PoolStat{Template: name, Build: p.builds[name], Ready: len(p.ready[name]), Target: p.target(name, time.Now()),
+			Size: p.targets[name], Hits: p.hits[name], Misses: p.misses[name]})
 	}
 	return out
 }
 
-// fill makes pooled sandboxes one at a time (the host's cores are better
-// spent on one restore than on several racing), the emptiest pool first.
+// fill makes pooled sandboxes, the emptiest pool first: one at a time
+// (the host's cores are better spent on one restore than on several
+// racing), burstFillers at a time while demand holds a pool above its
+// configured size. It destroys what a pool holds above its target once
+// demand falls.
 func (im *Images) fill(ctx context.Context, p *pools) {
 	defer close(p.done)
 	retryAt := map[string]time.Time{}
 	fails := map[string]int{}
+	type filled struct {
+		name string
+		err  error
+	}
+	results := make(chan filled)
+	inflight := 0
+	defer func() {
+		for ; inflight > 0; inflight-- { // a fill in progress unwinds
+			<-results
+		}
+	}()
 	var refreshed time.Time
 	for {
 		if time.Since(refreshed) >= poolRefresh {
 			im.refreshPools(ctx, p)
 			refreshed = time.Now()
 		}
-		name, wait := p.next(retryAt)
+		for _, e := range p.shed(time.Now()) {
+			im.core.discard(context.WithoutCancel(ctx), e.b)
+		}
+		name, wait, workers := p.next(retryAt, time.Now())
 		wait = min(wait, poolRefresh-time.Since(refreshed))
-		if name == "" {
-			select {
-			case <-ctx.Done():
-				return
-			case <-p.wake:
-			case <-time.After(wait):
-			}
+		if name != "" && inflight < workers {
+			p.mu.Lock()
+			p.filling[name]++
+			p.mu.Unlock()
+			inflight++
+			go func() { results <- filled{name, im.fillOne(ctx, p, name)} }()
 			continue
 		}
-		err := im.fillOne(ctx, p, name)
+		var r filled
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+			continue
+		case <-time.After(wait):
+			continue
+		case r = <-results:
+		}
+		inflight--
+		p.mu.Lock()
+		p.filling[r.name]--
+		p.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			fails[name]++
-			d := min(time.Duration(1<<min(fails[name], 5))*time.Second, fillBackoff)
-			retryAt[name] = time.Now().Add(d)
-			im.log.Error("filling sandbox pool", "template", name, "err", err, "retry_in", d)
+		if r.err != nil {
+			fails[r.name]++
+			d := min(time.Duration(1<<min(fails[r.name], 5))*time.Second, fillBackoff)
+			retryAt[r.name] = time.Now().Add(d)
+			im.log.Error("filling sandbox pool", "template", r.name, "err", r.err, "retry_in", d)
 			continue
 		}
-		fails[name] = 0
+		fails[r.name] = 0
 	}
 }
 
-// next picks the pool furthest below its target that is not backing off;
-// "" and how long to wait if there is none.
-func (p *pools) next(retryAt map[string]time.Time) (string, time.Duration) {
+// target is how many ready sandboxes the named pool is kept at, at now:
+// the creates that asked it for one in the last demandWindow, at least
+// its configured size and at most its burst size. p.mu is held.
+func (p *pools) target(name string, now time.Time) int {
+	floor := p.targets[name]
+	if floor <= 0 {
+		return 0
+	}
+	ceil := max(floor, p.bursts[name])
+	if ceil == floor {
+		return floor
+	}
+	asked := 0
+	for _, t := range p.demand[name] {
+		if now.Sub(t) < demandWindow {
+			asked++
+		}
+	}
+	return min(max(asked, floor), ceil)
+}
+
+// asked records a create that asked the named pool for a sandbox at now,
+// forgetting those older than demandWindow. p.mu is held.
+func (p *pools) asked(name string, now time.Time) {
+	if p.bursts[name] <= p.targets[name] {
+		return // a fixed size: nothing to count
+	}
+	d := p.demand[name]
+	i := 0
+	for i < len(d) && now.Sub(d[i]) >= demandWindow {
+		i++
+	}
+	p.demand[name] = append(d[i:], now)
+}
+
+// shed removes and returns the ready sandboxes each pool holds above its
+// target (the newest go: the oldest are claimed first).
+func (p *pools) shed(now time.Time) []*pooled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	best, deficit, wait := "", 0, time.Minute
-	if d := time.Since(p.claimed); d < refillDelay {
-		return "", refillDelay - d
+	var extra []*pooled
+	for name, q := range p.ready {
+		if over := len(q) - p.target(name, now); over > 0 && p.targets[name] > 0 {
+			extra = append(extra, q[len(q)-over:]...)
+			p.ready[name] = append([]*pooled(nil), q[:len(q)-over]...)
+		}
 	}
-	for name, target := range p.targets {
-		d := target - len(p.ready[name])
+	return extra
+}
+
+// next picks the pool furthest below its target (counting its fills in
+// flight) that is not backing off; "" and how long to wait if there is
+// none. workers is how many fills may run at once now.
+func (p *pools) next(retryAt map[string]time.Time, now time.Time) (name string, wait time.Duration, workers int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	best, deficit, workers := "", 0, 1
+	wait = time.Minute
+	for name := range p.targets {
+		if p.target(name, now) > p.targets[name] {
+			workers = burstFillers
+		}
+	}
+	if d := now.Sub(p.claimed); d < refillDelay {
+		return "", refillDelay - d, workers
+	}
+	for name := range p.targets {
+		d := p.target(name, now) - len(p.ready[name]) - p.filling[name]
 		if d <= 0 {
 			continue
 		}
-		if t := retryAt[name]; time.Now().Before(t) {
-			wait = min(wait, time.Until(t))
+		if t := retryAt[name]; now.Before(t) {
+			wait = min(wait, t.Sub(now))
 			continue
 		}
 		if d > deficit {
 			best, deficit = name, d
 		}
 	}
-	return best, wait
+	return best, wait, workers
 }
 
 // refreshPools resolves every pool's name again and drains the pools
@@ -355,6 +491,7 @@ func (p *pools) take(tmpl *template.Template, want Sandbox, nat bool, runtime st
 	if name == "" {
 		return nil, ""
 	}
+	p.asked(name, time.Now())
 	q := p.ready[name]
 	if len(q) == 0 || want.Runtime != runtime || want.Limits != limits || q[0].nat != nat {
 		p.misses[name]++

@@ -33,8 +33,9 @@ func (im *Images) SetPoolSizes(sizes map[string]int) {
 		}
 	}
 	var extra []*pooled
+	now := time.Now()
 	for name, q := range p.ready {
-		if over := len(q) - p.targets[name]; over > 0 {
+		if over := len(q) - p.target(name, now); over > 0 {
 			// The newest go: the oldest are claimed first.
 			extra = append(extra, q[len(q)-over:]...)
 			p.ready[name] = append([]*pooled(nil), q[:len(q)-over]...)

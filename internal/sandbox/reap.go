@@ -68,8 +68,12 @@ func removeUserPidsCgroup(id ID) error {
 // sandboxPids lists the host pids of a sandbox: those in its cgroup and the
 // user cgroup below it, and those whose command line names its directory
 // (runsc's gofer, which may live outside the cgroup and outlive a dead
-// sentry).
-func sandboxPids(id ID, dir string) []int {
+// sentry). Of the latter only the known pids are looked at when there are
+// any (the runtime's own, learnt at start: runsc's sentry and gofer);
+// without them every process on the host is (an adopted sandbox), which
+// grows with the host's processes: with 1,000 runsc sandboxes each kill
+// read ~2,000 command lines twice.
+func sandboxPids(id ID, dir string, known []int) []int {
 	var pids []int
 	for _, cg := range []string{filepath.Join("/sys/fs/cgroup/pids", cgroupsPath(id)), userPidsCgroup(id)} {
 		b, err := os.ReadFile(filepath.Join(cg, "cgroup.procs"))
@@ -85,7 +89,14 @@ func sandboxPids(id ID, dir string) []int {
 	if dir == "" {
 		return pids
 	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var procs []string
+	if len(known) > 0 {
+		for _, pid := range known {
+			procs = append(procs, "/proc/"+strconv.Itoa(pid)+"/cmdline")
+		}
+	} else {
+		procs, _ = filepath.Glob("/proc/[0-9]*/cmdline")
+	}
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
 		if err != nil || !bytes.Contains(b, []byte(dir)) {
@@ -141,11 +152,11 @@ func running(pid int) bool {
 // a sandbox that died on its own has left its cgroup, runsc then no longer
 // reports its pids, and their zombies (ours) would make `runsc delete` wait.
 func deleteContainer(ctx context.Context, rt oci.Runtime, id ID, dir string, started []int) error {
-	pids := append(sandboxPids(id, dir), started...)
+	pids := append(sandboxPids(id, dir, started), started...)
 	_ = rt.Kill(ctx, id.String(), unix.SIGKILL)
 	// Whatever is left (e.g. the gofer of a runsc sandbox whose sentry died,
 	// which runsc kill can no longer reach) belongs to the sandbox alone.
-	for _, pid := range sandboxPids(id, dir) {
+	for _, pid := range sandboxPids(id, dir, started) {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		pids = append(pids, pid)
 	}

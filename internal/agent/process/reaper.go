@@ -82,19 +82,40 @@ func (r *reaper) close() {
 
 func (r *reaper) loop(sigs chan os.Signal) {
 	defer signal.Stop(sigs)
-	// The ticker is a safety net; SIGCHLD alone suffices because every
-	// wakeup reaps until nothing is left.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
 		r.reapAll()
+		safety, stop := r.safetyNet()
 		select {
 		case <-sigs:
-		case <-tick.C:
+		case <-safety:
 		case <-r.stop:
+			stop()
 			return
 		}
+		stop()
 	}
+}
+
+// safetyNetEvery is how often the reap loop also wakes while children
+// run.
+const safetyNetEvery = time.Second
+
+// safetyNet is a wakeup after safetyNetEvery while children the agent
+// started run (nil while none do), and its stop. It is a safety net:
+// SIGCHLD alone suffices, because every wakeup reaps until nothing is
+// left. An idle agent sleeps until a signal: a timer firing every second
+// with nothing to do cost each idle runsc sandbox ~1 ms of host CPU per
+// second (the Sentry and its systrap stubs wake for it), most of an idle
+// sandbox's CPU (docs/benchmarks.md, issue 19 item 6).
+func (r *reaper) safetyNet() (<-chan time.Time, func()) {
+	r.mu.Lock()
+	running := len(r.waiters) > 0
+	r.mu.Unlock()
+	if !running {
+		return nil, func() {}
+	}
+	t := time.NewTimer(safetyNetEvery)
+	return t.C, func() { t.Stop() }
 }
 
 func (r *reaper) reapAll() {
