@@ -219,9 +219,16 @@ func (n Node) JSONLists() (runtimes, templates, builds string) {
 	return enc(n.Runtimes), enc(n.Templates), enc(n.Builds)
 }
 
-// DecodeLists sets n's runtimes, templates and builds from the JSON
-// arrays JSONLists made.
-func (n *Node) DecodeLists(runtimes, templates, builds []byte) error {
+// DecodeJSON sets n's runtimes, templates and builds from the JSON
+// arrays JSONLists made, and its pool report from the JSON object a
+// store keeps (none: nil).
+func (n *Node) DecodeJSON(runtimes, templates, builds, pools []byte) error {
+	if err := json.Unmarshal(pools, &n.Pools); err != nil {
+		return fmt.Errorf("decoding node %s pools: %w", n.Name, err)
+	}
+	if len(n.Pools) == 0 {
+		n.Pools = nil
+	}
 	for _, l := range []struct {
 		what string
 		b    []byte

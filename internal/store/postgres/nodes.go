@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -74,13 +73,7 @@ func scanNode(row scanner) (cluster.Node, error) {
 	if poolsAt != nil {
 		n.PoolsAt = poolsAt.UTC()
 	}
-	if err := json.Unmarshal(pools, &n.Pools); err != nil {
-		return n, fmt.Errorf("decoding node %s pools: %w", n.Name, err)
-	}
-	if len(n.Pools) == 0 {
-		n.Pools = nil
-	}
-	return n, n.DecodeLists(runtimes, templates, builds)
+	return n, n.DecodeJSON(runtimes, templates, builds, pools)
 }
 
 // MarkLost marks silent nodes lost, with their sandboxes: live or draining

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,13 +80,7 @@ func scanNode(row scanner) (cluster.Node, error) {
 	if poolsAt.Valid {
 		n.PoolsAt = fromMicros(poolsAt.Int64)
 	}
-	if err := json.Unmarshal([]byte(pools), &n.Pools); err != nil {
-		return n, fmt.Errorf("decoding node %s pools: %w", n.Name, err)
-	}
-	if len(n.Pools) == 0 {
-		n.Pools = nil
-	}
-	return n, n.DecodeLists([]byte(runtimes), []byte(templates), []byte(builds))
+	return n, n.DecodeJSON([]byte(runtimes), []byte(templates), []byte(builds), []byte(pools))
 }
 
 // movable leaves out of a lost node's sandboxes those that another node
