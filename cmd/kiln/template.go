@@ -36,7 +36,8 @@ const templateUsage = `Usage:
   kiln template logs BUILD_ID [-f]                print (or follow) a build's log
 
 On this host, without a server (make setup):
-  kiln template build [--local] [NAME...]         build the built-in templates (default: all)
+  kiln template build [--local] [NAME...]         build the built-in templates (default: all but
+                                                  desktop, which is built when named)
   kiln template ls --local                        list the built-in templates built here
 
 A REF is name or name:tag (tag "default" when left out). Run
@@ -78,8 +79,10 @@ type localFlags struct {
 func (r *remote) buildLocal(ctx context.Context, cfg config.Config, f localFlags, mode string, names []string) error {
 	recipes := template.Builtin()
 	if len(names) == 0 {
-		for n := range recipes {
-			names = append(names, n)
+		for n, rc := range recipes {
+			if !rc.OnDemand {
+				names = append(names, n)
+			}
 		}
 		sort.Strings(names)
 	}
