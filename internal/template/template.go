@@ -142,52 +142,6 @@ func CodeInterpreter() *Recipe {
 	return r
 }
 
-// desktopPackages make the desktop template: what E2B's desktop SDK
-// (npm @e2b/desktop, Python e2b_desktop) runs through the commands API,
-// and the applications a computer-use agent drives. Debian installs no
-// recommends, so every program is named.
-var desktopPackages = []string{
-	// The X server the SDK starts (Xvfb), xdpyinfo (its readiness check),
-	// xrandr (getScreenSize), xauth.
-	"xvfb", "xauth", "x11-utils", "x11-xserver-utils",
-	// XFCE as startxfce4 starts it: the session, window manager, desktop
-	// and panel (the SDK waits for xfce4-session, xfwm4 and xfdesktop),
-	// settings daemon, a session bus for it (dbus-launch).
-	"xfce4-session", "xfwm4", "xfdesktop4", "xfce4-panel", "xfce4-settings", "xfconf", "dbus-x11",
-	// Input, screenshots, windows: xdotool, scrot; open() is xdg-open,
-	// launch() gtk-launch.
-	"xdotool", "scrot", "xdg-utils", "libgtk-3-bin",
-	// The stream: x11vnc, noVNC and websockify (the SDK runs
-	// /opt/noVNC/utils/novnc_proxy), netstat (its wait for the port).
-	"x11vnc", "novnc", "python3-websockify", "net-tools",
-	// Applications: a browser, a terminal, a text editor, a file manager,
-	// Tk for small GUI programs; fonts.
-	"firefox-esr", "xfce4-terminal", "mousepad", "thunar", "python3-tk",
-	"fonts-dejavu-core", "fonts-liberation2",
-}
-
-// desktopSetup puts what the desktop SDK expects where it looks: noVNC at
-// /opt/noVNC (Debian's is /usr/share/novnc), its page also at /.
-const desktopSetup = "ln -s /usr/share/novnc /opt/noVNC && ln -s vnc.html /usr/share/novnc/index.html"
-
-// Desktop is the recipe of the desktop template, for computer use: the
-// base template plus an X server, XFCE, a browser, a terminal and an
-// editor, the tools E2B's desktop SDK drives them with, and the VNC
-// stream (docs/desktop.md). It is large and slow to build, so it is
-// built on demand (kiln template build desktop), not by make setup.
-func Desktop() *Recipe {
-	r := &Recipe{Name: "desktop", OnDemand: true}
-	r.Spec.From.Debian = &api.DebianBase{Template: "base", Packages: desktopPackages}
-	r.Spec.Steps = append([]api.TemplateStep{
-		// DISPLAY is the SDK's default display, so commands of the native
-		// API reach the desktop too. NO_AT_BRIDGE: no accessibility bus.
-		env("LANG", "C.UTF-8", "DISPLAY", ":0", "NO_AT_BRIDGE", "1"),
-		run(desktopSetup),
-	}, asUser...)
-	r.Spec.CPUs, r.Spec.MemoryMB, r.Spec.DiskMB = 2, 2048, 4096
-	return r
-}
-
 // Builtin returns the built-in recipes by name.
 func Builtin() map[string]*Recipe {
 	m := map[string]*Recipe{}
