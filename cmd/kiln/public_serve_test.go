@@ -4,17 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -30,45 +23,6 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/servetest"
 )
-
-// selfSigned writes a self-signed certificate for names (and 127.0.0.1)
-// and its key into dir, and returns their paths and a pool that trusts it.
-func selfSigned(t *testing.T, dir string, names ...string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: names[0]},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		DNSNames: names, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
 
 // serveKey starts `kiln serve args...` with env added to this process's
 // (its sandbox networking in t's test world unless env names a host
@@ -156,7 +110,7 @@ func TestSandboxDomain(t *testing.T) {
 func TestServeTLSDomain(t *testing.T) {
 	requireTemplate(t, "base")
 	const domain = "sandboxes.kiln.test"
-	certFile, keyFile, pool := selfSigned(t, t.TempDir(), "kiln.test", "*."+domain)
+	certFile, keyFile, pool := servetest.SelfSigned(t, t.TempDir(), "kiln.test", "*."+domain)
 	kiln := buildKiln(t)
 	addr := servetest.FreeAddr(t)
 	key := serveKey(t, kiln, nil, "--listen", addr, "--data-dir", servetest.DataDir(t),

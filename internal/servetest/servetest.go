@@ -10,6 +10,14 @@ package servetest
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -36,6 +44,11 @@ type Server struct {
 	// World is the test world its sandbox networking runs in (nettest's
 	// standard sites); nil with Options.OwnNetwork.
 	World *nettest.World
+	// CAFile is, with Options.TLS, the PEM certificate the server serves
+	// (self-signed: its own CA), e.g. for NODE_EXTRA_CA_CERTS; HTTP is a
+	// client that trusts it (http.DefaultClient without TLS).
+	CAFile string
+	HTTP   *http.Client
 }
 
 // Options change how Start runs kiln serve.
@@ -46,6 +59,11 @@ type Options struct {
 	// (e.g. in nettest.RealUplink's namespace, for the one test that must
 	// reach a real package mirror), so it gets no test world.
 	OwnNetwork bool
+	// TLS serves HTTPS only (--tls-cert), with a self-signed certificate
+	// for 127.0.0.1, localhost and *.localhost (the sandbox hosts of the
+	// default domain): URL is https://, and URLs the SDKs build with
+	// https:// for sandbox ports work as they are.
+	TLS bool
 }
 
 var worlds sync.Map // testing.TB → *nettest.World
@@ -126,13 +144,24 @@ func Start(t testing.TB, kiln string) *Server { return StartWith(t, kiln, Option
 // StartWith is Start with options.
 func StartWith(t testing.TB, kiln string, o Options) *Server {
 	t.Helper()
-	s := &Server{}
+	s := &Server{HTTP: http.DefaultClient}
 	var env []string
 	if !o.OwnNetwork {
 		s.World = World(t)
 		env = s.World.ServeEnv()
 	}
+	if o.TLS {
+		var keyFile string
+		var pool *x509.CertPool
+		s.CAFile, keyFile, pool = SelfSigned(t, t.TempDir(), "localhost", "*.localhost")
+		env = append(env, "KILN_TLS_CERT="+s.CAFile, "KILN_TLS_KEY="+keyFile)
+		s.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	}
 	p := startProc(t, kiln, "kiln serve", DataDir(t), FreeAddr(t), append(env, o.Env...))
+	if o.TLS {
+		p.URL = "https://" + strings.TrimPrefix(p.URL, "http://")
+		p.hc = s.HTTP
+	}
 	s.URL = p.URL
 	t.Cleanup(func() {
 		s.killAlive(t)
@@ -140,8 +169,48 @@ func StartWith(t testing.TB, kiln string, o Options) *Server {
 	})
 	p.ready(t, "")
 	s.Key = p.adminKey(t)
-	s.Client = client.New(s.URL, s.Key)
+	s.Client = client.New(s.URL, s.Key, client.WithHTTPClient(s.HTTP))
 	return s
+}
+
+// SelfSigned writes a self-signed certificate for names and 127.0.0.1
+// and its key into dir, and returns their paths and a pool that trusts
+// it.
+func SelfSigned(t testing.TB, dir string, names ...string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: names[0]},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: names, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }
 
 // killAlive kills the sandboxes still alive: they would outlive the
@@ -160,6 +229,7 @@ func (s *Server) killAlive(t testing.TB) {
 // proc is one running kiln serve.
 type proc struct {
 	name, URL string
+	hc        *http.Client // nil: http.DefaultClient
 	cmd       *exec.Cmd
 	log       string
 	logf      *os.File
@@ -208,7 +278,11 @@ func (p *proc) ready(t testing.TB, token string) {
 		if token != "" {
 			req.Header.Set(cluster.TokenHeader, token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		hc := p.hc
+		if hc == nil {
+			hc = http.DefaultClient
+		}
+		resp, err := hc.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
