@@ -54,6 +54,8 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	warmN := fs.Int("warm-samples", 10, "creates per way in the warm run")
 	tmpls := fs.Bool("templates", false, "custom templates on runsc: first and cached build of a Dockerfile (reaches the Debian mirror through sandbox networking, on unless KILN_NETWORK=off), creates cold, from its warm snapshot, from a pool")
 	tmplN := fs.Int("templates-samples", 10, "creates per way in the templates run")
+	desktop := fs.Bool("desktop", false, "the desktop template on runsc (kiln template build desktop first): desktops brought up as E2B's desktop SDK does, cold and from the warm snapshot, screenshots, idle memory")
+	desktopN := fs.Int("desktop-samples", 5, "desktops per way in the desktop run")
 	snaps := fs.Bool("snapshots", true, "pause, resume, fork and snapshot latency on runsc against working-set size")
 	snapSizes := fs.String("snapshot-sizes", "50M,256M,500M,2G", "working sets for --snapshots")
 	snapN := fs.Int("snapshot-samples", 3, "samples per operation and size for --snapshots")
@@ -89,7 +91,7 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 	target := bench.Manager(m)
 	if *serverURL != "" {
 		target = bench.Server(*serverURL, config.Env("KILN_API_KEY"))
-		*core, *load, *code, *warm, *snaps, *tmpls = false, false, false, false, false, false
+		*core, *load, *code, *warm, *snaps, *tmpls, *desktop = false, false, false, false, false, false, false
 	}
 
 	if *core {
@@ -170,6 +172,13 @@ func benchCmd(ctx context.Context, cfg config.Config, log *slog.Logger, args []s
 			return err
 		}
 		rep.Add("templates", res)
+	}
+	if *desktop && slices.Contains(runtimes, "runsc") {
+		res, err := bench.Desktop(ctx, m, im, *desktopN, os.Stderr)
+		if err != nil {
+			return err
+		}
+		rep.Add("desktop", res)
 	}
 	if *snaps && slices.Contains(runtimes, "runsc") {
 		o := bench.SnapshotOptions{Samples: *snapN, Fork4Max: 512 << 20, Fork16Max: 256 << 20}

@@ -3,6 +3,7 @@ package template
 import (
 	"encoding/base64"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/kiln-sh/kiln/api"
@@ -31,6 +32,19 @@ var desktopPackages = []string{
 	"firefox-esr", "xfce4-terminal", "mousepad", "thunar", "python3-tk",
 	"fonts-dejavu-core", "fonts-liberation2",
 }
+
+// firefoxPolicies keep Firefox to the page it is asked to open: no first
+// run or what's-new tabs, no default-browser question, no telemetry,
+// studies or update checks (requests out of the sandbox nobody asked for).
+const firefoxPolicies = `{"policies": {
+  "DisableAppUpdate": true, "DisableTelemetry": true, "DisableFirefoxStudies": true,
+  "DontCheckDefaultBrowser": true, "OverrideFirstRunPage": "", "OverridePostUpdatePage": "",
+  "NoDefaultBookmarks": true,
+  "UserMessaging": {"WhatsNew": false, "ExtensionRecommendations": false, "FeatureRecommendations": false,
+    "SkipOnboarding": true, "MoreFromMozilla": false},
+  "Preferences": {"datareporting.policy.dataSubmissionPolicyBypassNotification": {"Value": true, "Status": "locked"}}
+}}
+`
 
 // desktopSetup puts what the desktop SDK expects where it looks: noVNC at
 // /opt/noVNC (Debian's is /usr/share/novnc), its page also at /.
@@ -94,13 +108,13 @@ exec /usr/bin/startxfce4 "$@"
 `
 )
 
-// installScripts is a shell command that writes each script (path →
-// content) executable.
-func installScripts(scripts ...[2]string) string {
+// installFiles is a shell command that writes each file (path, mode,
+// content), making its directory.
+func installFiles(files ...[3]string) string {
 	var cmds []string
-	for _, s := range scripts {
-		cmds = append(cmds, fmt.Sprintf("echo %s | base64 -d >%s && chmod 0755 %s",
-			base64.StdEncoding.EncodeToString([]byte(s[1])), s[0], s[0]))
+	for _, f := range files {
+		cmds = append(cmds, fmt.Sprintf("mkdir -p %s && echo %s | base64 -d >%s && chmod %s %s", path.Dir(f[0]),
+			base64.StdEncoding.EncodeToString([]byte(f[2])), f[0], f[1], f[0]))
 	}
 	return strings.Join(cmds, " && ")
 }
@@ -118,11 +132,12 @@ func Desktop() *Recipe {
 		// API reach the desktop too. NO_AT_BRIDGE: no accessibility bus.
 		env("LANG", "C.UTF-8", "DISPLAY", ":0", "NO_AT_BRIDGE", "1"),
 		run(desktopSetup),
-		run("mkdir -p /usr/local/lib/kiln-desktop && " + installScripts(
-			[2]string{"/usr/local/lib/kiln-desktop/start", desktopStart},
-			[2]string{"/usr/local/lib/kiln-desktop/ready", desktopReady},
-			[2]string{"/usr/local/bin/Xvfb", desktopXvfb},
-			[2]string{"/usr/local/bin/startxfce4", desktopStartxfce4})),
+		run(installFiles(
+			[3]string{"/etc/firefox/policies/policies.json", "0644", firefoxPolicies},
+			[3]string{"/usr/local/lib/kiln-desktop/start", "0755", desktopStart},
+			[3]string{"/usr/local/lib/kiln-desktop/ready", "0755", desktopReady},
+			[3]string{"/usr/local/bin/Xvfb", "0755", desktopXvfb},
+			[3]string{"/usr/local/bin/startxfce4", "0755", desktopStartxfce4})),
 	}, asUser...)
 	r.Spec.CPUs, r.Spec.MemoryMB, r.Spec.DiskMB = 2, 2048, 4096
 	r.Warm = &Warm{Start: "/usr/local/lib/kiln-desktop/start", Ready: "/usr/local/lib/kiln-desktop/ready"}
