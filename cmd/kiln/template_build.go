@@ -36,8 +36,9 @@ running, and once the ready command (--ready-cmd, retried until it exits 0;
 default: a 20 s wait) succeeds the template is snapshotted, so its
 sandboxes start with that process already running.
 
-Without -t it builds Kiln's built-in templates (base, code-interpreter;
-all when no NAME is given) on this host, into KILN_DATA_DIR, with no server:
+Without -t it builds Kiln's built-in templates (base, code-interpreter,
+desktop; all but desktop when no NAME is given: 'kiln template build
+desktop' builds it) on this host, into KILN_DATA_DIR, with no server:
 this is what make setup runs (root).
 
 Exit status: 0 when the build is ready; 1 when it failed (the reason names

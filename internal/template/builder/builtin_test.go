@@ -49,6 +49,12 @@ func TestBuiltinsAreEngineBuilds(t *testing.T) {
 	for name, rc := range template.Builtin() {
 		t.Run(name, func(t *testing.T) {
 			want, err := template.Lookup(scfg.DataDir, name)
+			if err != nil && rc.OnDemand {
+				// Not built by make setup (e.g. desktop): checked where
+				// it is built.
+				t.Logf("%s is built on demand and is not built here", name)
+				return
+			}
 			if err != nil {
 				t.Fatalf("the built-in is not built (make setup): %v", err)
 			}

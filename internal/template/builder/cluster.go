@@ -23,7 +23,7 @@ import (
 // the build out as the building node did: the same layers under the
 // same keys in its layer store, the same manifest.
 //
-// A build on a built-in template (base, code-interpreter) pushes only its
+// A build on a built-in template (base, code-interpreter, desktop) pushes only its
 // own layers: the built-in's (hundreds of MB of Debian) are named in the
 // manifest's annotations and in the record's layer keys
 // ("builtin:<name>:<hash>:<i>"), and every node builds its built-ins

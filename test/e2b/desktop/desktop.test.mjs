@@ -80,6 +80,26 @@ test('create: the desktop is up, as user, on the SDK default screen', async () =
   assert.equal(await sh('pgrep -cx Xvfb; pgrep -cx xfce4-panel'), '1\n1')
 })
 
+test('create with another resolution and dpi: that screen, the warm desktop replaced', async () => {
+  const t0 = performance.now()
+  const other = await Sandbox.create({ resolution: [1280, 800], dpi: 120, timeoutMs: 5 * 60_000, metadata: { e2eRun: 'desktop' } })
+  try {
+    measure('create-other-resolution', performance.now() - t0)
+    assert.deepEqual(await other.getScreenSize(), { width: 1280, height: 800 })
+    const run = async (cmd) => (await other.commands.run(cmd)).stdout.trim()
+    assert.equal(await run('pgrep -cx Xvfb; pgrep -cx xfce4-session; pgrep -cx xfce4-panel'), '1\n1\n1')
+    assert.match(await run('xdpyinfo | grep resolution'), /120x120 dots per inch/)
+    const stats = await until(async () => {
+      const s = pngStats(await other.screenshot())
+      return blank(s) ? null : s
+    })
+    assert.ok(stats, 'the screen stays blank')
+    assert.equal(stats.width, 1280)
+  } finally {
+    await other.kill()
+  }
+})
+
 test('screenshot: a PNG of the screen size that is not blank', async () => {
   const size = await d.getScreenSize()
   let stats, tries = 0
