@@ -78,6 +78,9 @@ test('create: the desktop is up, as user, on the SDK default screen', async () =
   }
   // One of each: the warm snapshot's desktop was taken, not doubled.
   assert.equal(await sh('pgrep -cx Xvfb; pgrep -cx xfce4-panel'), '1\n1')
+  // X is reachable only inside the sandbox: no TCP port, no file socket.
+  assert.doesNotMatch(await sh('netstat -tln'), /:60\d\d\b/)
+  assert.equal(await sh('ls -A /tmp/.X11-unix 2>/dev/null || true'), '')
 })
 
 test('create with another resolution and dpi: that screen, the warm desktop replaced', async () => {
