@@ -20,6 +20,11 @@ import (
 // agent's process API as E2B's desktop SDK runs it, writes the screen as
 // a PNG to its stdout. What comes back is untrusted: its size and time are
 // bounded and it must decode as a PNG of a sane size.
+//
+// scrot refuses a stdout it cannot access(2) by name, and the agent's
+// pipes belong to root: so it writes into a pipe of the user's own shell
+// (a fixed script; the display goes in the environment).
+const scrotScript = "set -o pipefail; scrot --pointer --silent - | cat"
 
 // DefaultDisplay is the X display of the desktop template (and of E2B's
 // desktop SDK).
@@ -68,7 +73,7 @@ func (a *Agent) Screenshot(ctx context.Context, display string) (Screenshot, err
 	defer cancel()
 	var img, stderr bytes.Buffer
 	exit, err := a.Exec(ctx, wire.ExecParams{
-		Args: []string{"scrot", "--pointer", "--silent", "-"}, Env: map[string]string{"DISPLAY": display},
+		Args: []string{"bash", "-c", scrotScript}, Env: map[string]string{"DISPLAY": display},
 		Tag: "screenshot", TimeoutMs: screenshotTimeout.Milliseconds(), OutputLimit: MaxScreenshotBytes + maxScrotStderr,
 	}, func(ev api.Event) error {
 		switch ev.Type {
@@ -83,7 +88,7 @@ func (a *Agent) Screenshot(ctx context.Context, display string) (Screenshot, err
 		return nil
 	})
 	switch {
-	case errors.Is(err, errdefs.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound) || (err == nil && exit.Code == 127):
 		return Screenshot{}, fmt.Errorf("this sandbox has no scrot: screenshots need a desktop sandbox (template desktop): %w", errdefs.ErrFailedPrecondition)
 	case err != nil:
 		return Screenshot{}, fmt.Errorf("taking a screenshot: %w", err)
