@@ -302,7 +302,9 @@ func TestDesktopNative(t *testing.T) {
 		if got := ok(map[string]any{"action": "cursor_position"}); got != fmt.Sprintf("X=%d,Y=%d", b[0], b[1]) {
 			t.Errorf("cursor_position after mouse_move to %v: %q", b, got)
 		}
-		ok(map[string]any{"action": "left_click"})
+		// At the pointer's own position (a mousemove --sync there would
+		// wait forever).
+		ok(map[string]any{"action": "left_click", "coordinate": []int{b[0], b[1]}})
 		waitFor(t, "clicked.txt", func() bool { return readSandboxFile(ctx, c, id, "/home/user/tk/clicked.txt") == "clicked" })
 
 		cv := layout["canvas"]
@@ -361,7 +363,10 @@ func TestDesktopNative(t *testing.T) {
 			t.Fatal(err)
 		}
 		bt := layout["button"]
-		if res := post(fmt.Sprintf(`{"action":"left_click","coordinate":[%d,%d]}`, bt[0], bt[1])); res.IsError {
+		if res := post(fmt.Sprintf(`{"action":"mouse_move","coordinate":[%d,%d]}`, bt[0], bt[1])); res.IsError {
+			t.Fatalf("mouse_move: %+v", res.Content)
+		}
+		if res := post(`{"action":"left_click"}`); res.IsError {
 			t.Fatalf("left_click: %+v", res.Content)
 		}
 		waitFor(t, "clicked.txt", func() bool { return readSandboxFile(ctx, c, id, "/home/user/tk/clicked.txt") == "clicked" })

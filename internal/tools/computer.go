@@ -272,7 +272,10 @@ func (d desk) pointer(ctx context.Context, a computerArgs) *api.ToolResult {
 		}
 	}
 	var argv []string
-	move := func(p point) { argv = append(argv, "mousemove", "--sync", strconv.Itoa(p.x), strconv.Itoa(p.y)) }
+	// No mousemove --sync: it waits for the pointer to move, forever when
+	// it is there already. One xdotool's requests reach the X server in
+	// order, so the click lands where the move put the pointer.
+	move := func(p point) { argv = append(argv, "mousemove", strconv.Itoa(p.x), strconv.Itoa(p.y)) }
 	if hasTo && a.Action != "left_click_drag" {
 		move(to)
 	}
