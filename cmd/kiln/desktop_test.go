@@ -381,7 +381,8 @@ func TestDesktopNative(t *testing.T) {
 
 // BenchmarkDesktopScreenshot measures the native screenshot's round trip
 // (GET /v1/sandboxes/{id}/screenshot of a 1024x768 XFCE desktop, runsc)
-// and a computer tool click through POST /v1/sandboxes/{id}/tools/computer.
+// and a computer tool click through POST /v1/sandboxes/{id}/tools/computer,
+// against a command's round trip.
 func BenchmarkDesktopScreenshot(b *testing.B) {
 	requireTemplate(b, "desktop")
 	srv := servetest.Start(b, servetest.Build(b))
@@ -397,6 +398,14 @@ func BenchmarkDesktopScreenshot(b *testing.B) {
 			size = len(png)
 		}
 		b.ReportMetric(float64(size), "png-bytes")
+	})
+	// The floor: one command's round trip through the same API.
+	b.Run("command-true", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := srv.Client.Output(ctx, id, api.CommandRequest{Args: []string{"true"}}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 	b.Run("computer-left_click", func(b *testing.B) {
 		for b.Loop() {
