@@ -137,7 +137,8 @@ def log(kind):
         with open(d + "/events.txt", "a") as fh:
             fh.write("%s %d %d\n" % (kind, e.x_root, e.y_root))
     return f
-for ev, kind in (("<ButtonPress-1>", "press"), ("<ButtonRelease-1>", "release"), ("<Button-4>", "wheelup"), ("<Button-5>", "wheeldown")):
+for ev, kind in (("<ButtonPress-1>", "press"), ("<ButtonRelease-1>", "release"), ("<ButtonPress-3>", "right"),
+                 ("<Button-4>", "wheelup"), ("<Button-5>", "wheeldown")):
     canvas.bind(ev, log(kind))
 def layout():
     root.update_idletasks()
@@ -310,8 +311,9 @@ func TestDesktopNative(t *testing.T) {
 		cv := layout["canvas"]
 		ok(map[string]any{"action": "left_click_drag", "start_coordinate": []int{cv[0] - 60, cv[1]}, "coordinate": []int{cv[0] + 60, cv[1] + 20}})
 		ok(map[string]any{"action": "scroll", "coordinate": []int{cv[0], cv[1]}, "scroll_direction": "down", "scroll_amount": 2})
-		want := fmt.Sprintf("press %d %d\nrelease %d %d\nwheeldown %d %d\nwheeldown %d %d\n",
-			cv[0]-60, cv[1], cv[0]+60, cv[1]+20, cv[0], cv[1], cv[0], cv[1])
+		ok(map[string]any{"action": "right_click", "coordinate": []int{cv[0] + 10, cv[1] + 10}})
+		want := fmt.Sprintf("press %d %d\nrelease %d %d\nwheeldown %d %d\nwheeldown %d %d\nright %d %d\n",
+			cv[0]-60, cv[1], cv[0]+60, cv[1]+20, cv[0], cv[1], cv[0], cv[1], cv[0]+10, cv[1]+10)
 		waitFor(t, "the canvas's events", func() bool {
 			return strings.HasSuffix(readSandboxFile(ctx, c, id, "/home/user/tk/events.txt"), want)
 		})
@@ -376,6 +378,23 @@ func TestDesktopNative(t *testing.T) {
 		if res := post(`{"action":"left_click","coordinate":[5,5],"text":"hyper"}`); !res.IsError || !strings.Contains(res.Content[0].Text, "modifier") {
 			t.Errorf("a bad modifier: %+v", res.Content)
 		}
+		if res := post(`{"action":"hold_key","text":"shift","duration":0.2}`); res.IsError {
+			t.Errorf("hold_key: %+v", res.Content)
+		}
+
+		// open: xdg-open starts the file's application (Mousepad).
+		if _, err := c.WriteFile(ctx, id, "/home/user/kiln-notes.txt", strings.NewReader("opened by the computer tool\n")); err != nil {
+			t.Fatal(err)
+		}
+		if res := post(`{"action":"open","text":"/home/user/kiln-notes.txt"}`); res.IsError || !strings.Contains(res.Content[0].Text, "opening") {
+			t.Fatalf("open: %+v", res.Content)
+		}
+		start := time.Now()
+		waitFor(t, "the opened file's window", func() bool {
+			res, err := c.Output(ctx, id, api.CommandRequest{Args: []string{"xdotool", "search", "--onlyvisible", "--name", "kiln-notes"}})
+			return err == nil && res.Exit.Code == 0
+		})
+		t.Logf("open: the file's window appeared in %v", time.Since(start).Round(time.Millisecond))
 	})
 }
 
