@@ -326,6 +326,7 @@ func TestDesktopNative(t *testing.T) {
 			{map[string]any{"action": "key", "text": "ctrl+$(reboot)"}, `key "$(reboot)"`},
 			{map[string]any{"action": "type", "text": strings.Repeat("x", 5000)}, "at most 4096"},
 			{map[string]any{"action": "scroll", "scroll_direction": "diagonal"}, "scroll_direction"},
+			{map[string]any{"action": "key", "text": "NoSuchKeyZZ"}, "No such key name"},
 		} {
 			if res := call(tc.args); !res.IsError || !strings.Contains(textOf(res), tc.want) {
 				t.Errorf("computer %v: %q, want an error with %q", tc.args["action"], textOf(res), tc.want)

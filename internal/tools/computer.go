@@ -243,9 +243,12 @@ func toPoint(c []float64) (point, error) {
 // pointer runs the clicks, moves, drags and scrolls: checked against the
 // screen's size, then one xdotool run.
 func (d desk) pointer(ctx context.Context, a computerArgs) *api.ToolResult {
-	w, h, res := d.screenSize(ctx)
-	if res != nil {
-		return res
+	var w, h int
+	if a.Coordinate != nil {
+		var res *api.ToolResult
+		if w, h, res = d.screenSize(ctx); res != nil {
+			return res
+		}
 	}
 	inside := func(c []float64) (point, bool, error) {
 		if c == nil {
@@ -359,6 +362,11 @@ func (d desk) xdotool(ctx context.Context, timeout float64, argv ...string) (str
 	}
 	if res.Exit.Code != 0 || res.Exit.Reason != "" {
 		return "", desktopError(res)
+	}
+	// xdotool skips a key it does not know, says so, and exits 0.
+	if i := strings.Index(res.Stderr, "No such key name"); i >= 0 {
+		line, _, _ := strings.Cut(res.Stderr[i:], "\n")
+		return "", failed("xdotool: " + clipArg(line) + " (key names are X keysyms such as Return, ctrl, a, F5, Page_Down)")
 	}
 	return res.Stdout, nil
 }
