@@ -57,3 +57,40 @@ func TestScreenshotErrors(t *testing.T) {
 	h.do("DELETE", "/v1/sandboxes/"+sb.ID, h.a, nil, http.StatusNoContent, nil)
 	h.do("GET", path, h.a, nil, http.StatusConflict, nil) // stopped (killed), as the other agent routes
 }
+
+// TestScreenshotHostile replaces scrot in a sandbox with programs that
+// answer what a hostile sandbox could: too much, no PNG, a PNG of an
+// absurd size, binary noise on stderr, the X server's refusal. Each is a
+// classed error with a bounded message; the sandbox and server go on.
+// (A scrot that never ends is cut at 20 s, not waited for here.)
+func TestScreenshotHostile(t *testing.T) {
+	h := newHarness(t, true, harnessOpts{})
+	sb := h.create(h.a, api.CreateSandboxRequest{})
+	defer h.do("DELETE", "/v1/sandboxes/"+sb.ID, h.a, nil, http.StatusNoContent, nil)
+	path := "/v1/sandboxes/" + sb.ID + "/screenshot"
+	// An IHDR of 100000x1: a valid PNG header of no screen.
+	const wide = `import struct, sys, zlib
+ihdr = struct.pack(">IIBBBBB", 100000, 1, 8, 2, 0, 0, 0)
+sys.stdout.buffer.write(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr)))`
+	for _, tc := range []struct {
+		name, script string
+		status       int
+		want         string
+	}{
+		{"too much", "head -c 41943040 /dev/zero", http.StatusTooManyRequests, "larger than 32 MiB"},
+		{"no png", "echo hello", http.StatusConflict, "scrot wrote no PNG of a screen (6 bytes)"},
+		{"absurd size", "python3 -c '" + wide + "'", http.StatusConflict, "scrot wrote no PNG"},
+		{"noise", "head -c 100000 /dev/urandom >&2; exit 3", http.StatusConflict, "scrot exited with code 3"},
+		{"no display", `echo "scrot: Can't open X display. It *is* running, yeah?" >&2; exit 1`, http.StatusConflict, "no X server on display :0"},
+	} {
+		h.run(h.a, sb.ID, "cat > /usr/local/bin/scrot <<'EOF'\n#!/bin/sh\n"+tc.script+"\nEOF\nchmod 755 /usr/local/bin/scrot", "root")
+		var e api.Error
+		h.do("GET", path, h.a, nil, tc.status, &e)
+		if !strings.Contains(e.Message, tc.want) || len(e.Message) > 600 {
+			t.Errorf("%s: %d bytes: %.200q, want %q", tc.name, len(e.Message), e.Message, tc.want)
+		}
+	}
+	if out := h.mustRun(h.a, sb.ID, "echo alive"); out != "alive\n" {
+		t.Errorf("the sandbox after: %q", out)
+	}
+}
