@@ -239,6 +239,9 @@ func TestDesktopNative(t *testing.T) {
 
 	layout := startTkApp(t, ctx, c, id)
 
+	// Its own desktop sandbox, made and killed by the loop.
+	t.Run("docs agent loop", func(t *testing.T) { runDocsLoop(t, ctx, srv.URL, srv.Key) })
+
 	t.Run("mcp", func(t *testing.T) {
 		cmd := exec.Command(kiln, "mcp", "--sandbox", id)
 		cmd.Env = append(os.Environ(), "KILN_URL="+srv.URL, "KILN_API_KEY="+srv.Key)
@@ -397,6 +400,69 @@ func TestDesktopNative(t *testing.T) {
 		})
 		t.Logf("open: the file's window appeared in %v", time.Since(start).Round(time.Millisecond))
 	})
+}
+
+// stubAnthropic stands in for the Anthropic SDK, so that the agent loop
+// of docs/desktop.md runs offline: a scripted model that checks each
+// request's shape (the computer tool with the screen's size, the first
+// screenshot as an image, tool results) and asks for a click, a bad key
+// and a screenshot before it answers.
+const stubAnthropic = `import types
+
+def _block(**kw):
+    return types.SimpleNamespace(**kw)
+
+class _Messages:
+    step = 0
+    def create(self, model, max_tokens, tools, messages, betas):
+        assert tools[0]["type"] == "computer_20250124" and tools[0]["display_width_px"] == 1024, tools
+        assert betas == ["computer-use-2025-01-24"], betas
+        self.step += 1
+        last = messages[-1]["content"]
+        if self.step == 1:
+            assert last[1]["type"] == "image" and last[1]["source"]["media_type"] == "image/png", last
+            return _block(content=[_block(type="tool_use", id="toolu_1", input={"action": "left_click", "coordinate": [512, 384]})])
+        if self.step == 2:
+            assert last[0]["tool_use_id"] == "toolu_1" and not last[0]["is_error"], last
+            return _block(content=[_block(type="tool_use", id="toolu_2", input={"action": "key", "text": "NoSuchKeyZZ"}),
+                                   _block(type="tool_use", id="toolu_3", input={"action": "screenshot"})])
+        assert last[0]["is_error"] and last[1]["content"][1]["type"] == "image", last
+        return _block(content=[_block(type="text", text="done: " + last[1]["content"][0]["text"])])
+
+class _Beta:
+    messages = _Messages()
+
+class Anthropic:
+    def __init__(self):
+        self.beta = _Beta()
+`
+
+// runDocsLoop runs the Python agent loop of docs/desktop.md against kiln
+// serve with stubAnthropic for the model.
+func runDocsLoop(t *testing.T, ctx context.Context, url, key string) {
+	doc, err := os.ReadFile("../../docs/desktop.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```python\n")
+	code, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/desktop.md has no python block")
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "loop.py"), []byte(code), 0o644)
+	os.WriteFile(filepath.Join(dir, "anthropic.py"), []byte(stubAnthropic), 0o644)
+	cmd := exec.CommandContext(ctx, "python3", "loop.py")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KILN_URL="+url, "KILN_API_KEY="+key, "PYTHONPATH="+dir)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	want := []string{`0 {"action": "left_click", "coordinate": [512, 384]} ok`, `1 {"action": "key", "text": "NoSuchKeyZZ"} error`,
+		`1 {"action": "screenshot"} ok`, "done: display_width_px: 1024, display_height_px: 768"}
+	if err != nil || strings.Join(want, "\n") != strings.TrimSpace(string(out)) {
+		t.Fatalf("the loop of docs/desktop.md: %v\n%s\nwant:\n%s", err, out, strings.Join(want, "\n"))
+	}
+	t.Logf("the loop of docs/desktop.md ran in %v:\n%s", time.Since(start).Round(time.Millisecond), out)
 }
 
 // BenchmarkDesktopScreenshot measures the native screenshot's round trip
