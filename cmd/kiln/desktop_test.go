@@ -181,11 +181,13 @@ func readSandboxFile(ctx context.Context, c *client.Client, id, path string) str
 // TestDesktopNative drives a desktop sandbox through Kiln's own APIs on a
 // real kiln serve: GET /v1/sandboxes/{id}/screenshot (a non-blank PNG of
 // the screen's size; another key's sandbox 404), kiln sandbox screenshot,
-// and the computer tool through MCP (the real kiln mcp over stdio) and
+// and the computer tool through MCP (the real kiln mcp over stdio; /mcp,
+// whose session switches to a desktop sandbox with create_sandbox) and
 // through POST /v1/sandboxes/{id}/tools/computer: a screenshot is an
 // image, typing into a focused entry and Return reach the window, a click
 // on a button has its effect, a drag and the wheel reach a canvas, and
-// bad arguments are clear tool errors. Round trips are logged.
+// bad arguments are clear tool errors; the agent loop of docs/desktop.md
+// runs with a stand-in for the model. Round trips are logged.
 func TestDesktopNative(t *testing.T) {
 	requireTemplate(t, "desktop")
 	kiln := buildKiln(t)
@@ -334,6 +336,38 @@ func TestDesktopNative(t *testing.T) {
 			if res := call(tc.args); !res.IsError || !strings.Contains(textOf(res), tc.want) {
 				t.Errorf("computer %v: %q, want an error with %q", tc.args["action"], textOf(res), tc.want)
 			}
+		}
+	})
+
+	// /mcp: a session starts on code-interpreter, where the computer
+	// tool says what to do; create_sandbox with the desktop template
+	// gives it a screen. Closing the session kills that sandbox.
+	t.Run("mcp over http", func(t *testing.T) {
+		cs, err := connectHTTP(ctx, srv.URL, srv.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		call := func(name string, args map[string]any) *mcp.CallToolResult {
+			t.Helper()
+			res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+			if err != nil || len(res.Content) == 0 {
+				t.Fatalf("%s: %+v, %v", name, res, err)
+			}
+			return res
+		}
+		if res := call("computer", map[string]any{"action": "key", "text": "Return"}); !res.IsError ||
+			!strings.Contains(res.Content[0].(*mcp.TextContent).Text, `create_sandbox with template "desktop"`) {
+			t.Errorf("computer in a code-interpreter sandbox: %+v", res.Content[0])
+		}
+		if res := call("create_sandbox", map[string]any{"template": "desktop"}); res.IsError {
+			t.Fatalf("create_sandbox: %+v", res.Content[0])
+		}
+		res := call("computer", map[string]any{"action": "screenshot"})
+		if img, ok := res.Content[len(res.Content)-1].(*mcp.ImageContent); res.IsError || !ok {
+			t.Fatalf("screenshot: %+v", res.Content[0])
+		} else {
+			checkScreen(t, img.Data, 1024, 768)
 		}
 	})
 
