@@ -77,7 +77,7 @@ func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
 
 // requireTemplate needs root and the built-in template name (make setup);
 // under CI=true it fails rather than skips.
-func requireTemplate(t *testing.T, name string) {
+func requireTemplate(t testing.TB, name string) {
 	t.Helper()
 	ocitest.RequireRoot(t)
 	_, err := template.Lookup(config.FromEnv().DataDir, name)

@@ -21,7 +21,8 @@ const mcpUsage = `Usage: kiln mcp [flags]
 
 Serves Kiln's tools to an MCP client (Claude Desktop, Claude Code, Cursor,
 ...) over stdio: execute_python, run_code, run_command, read_file,
-write_file, list_files, create_sandbox, kill_sandbox. The session gets one
+write_file, list_files, computer (a desktop's screen, mouse and keyboard:
+use --template desktop), create_sandbox, kill_sandbox. The session gets one
 sandbox, started on the first tool call and reused by every later one (so
 variables and files persist); it is killed when the client disconnects.
 Charts come back as images, exceptions as tool errors with the traceback.
@@ -71,7 +72,8 @@ func mcpCmd(ctx context.Context, args []string) error {
 const toolsUsage = `Usage: kiln tools [--format openai|anthropic|mcp] [--names a,b]
 
 Prints the definitions of Kiln's sandbox tools (execute_python, run_code,
-run_command, read_file, write_file, list_files) as the "tools" of a
+run_command, read_file, write_file, list_files; computer, for desktop
+sandboxes, only with --names computer) as the "tools" of a
 function-calling request: OpenAI Chat Completions, Anthropic Messages or
 MCP. GET /v1/tools serves the same; POST /v1/sandboxes/{id}/tools/{name}
 runs a call. See docs/llm.md for the loop.

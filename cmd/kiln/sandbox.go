@@ -54,6 +54,7 @@ const sandboxUsage = `Usage:
   kiln sandbox fork ID [--count N]              fork it into N sandboxes
   kiln sandbox snapshot ID NAME                 take a named snapshot (kiln snapshot ls|rm)
   kiln sandbox network ID [flags]               show or change its network and egress policy
+  kiln sandbox screenshot ID [-o FILE]          save a PNG of its screen (desktop sandboxes)
 
 Run 'kiln sandbox COMMAND -h' for a command's flags and examples.
 ` + remoteHelp
@@ -79,7 +80,7 @@ func (r *remote) sandbox(ctx context.Context, args []string) error {
 		"ps": r.sandboxPs, "timeout": r.sandboxTimeout, "code": r.sandboxCode,
 		"pause": r.sandboxPause, "resume": r.sandboxResume, "fork": r.sandboxFork,
 		"snapshot": r.sandboxSnapshot,
-		"network":  r.sandboxNetwork,
+		"network":  r.sandboxNetwork, "screenshot": r.sandboxScreenshot,
 	}
 	return r.dispatch(ctx, "sandbox", sandboxUsage, cmds, args)
 }

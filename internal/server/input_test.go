@@ -153,6 +153,7 @@ func TestRoutes(t *testing.T) {
 		"GET /v1/sandboxes/{id}/files", "PUT /v1/sandboxes/{id}/files", "POST /v1/sandboxes/{id}/files",
 		"DELETE /v1/sandboxes/{id}/files", "GET /v1/sandboxes/{id}/files/list", "GET /v1/sandboxes/{id}/files/stat",
 		"POST /v1/sandboxes/{id}/files/mkdir", "POST /v1/sandboxes/{id}/files/move", "GET /v1/sandboxes/{id}/files/watch",
+		"GET /v1/sandboxes/{id}/screenshot",
 		"GET /v1/keys", "POST /v1/keys", "DELETE /v1/keys/{id}",
 		"GET /v1/tools", "POST /v1/sandboxes/{id}/tools/{name}", "POST /mcp", "GET /mcp", "DELETE /mcp",
 		"HEAD /v1/templates/files/{hash}", "PUT /v1/templates/files/{hash}", "POST /v1/templates/builds",
@@ -166,7 +167,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("route %q missing", want)
 		}
 	}
-	if len(routes) != 65 {
+	if len(routes) != 66 {
 		t.Errorf("%d routes: %q", len(routes), routes)
 	}
 }

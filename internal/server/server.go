@@ -244,6 +244,8 @@ func (s *Server) register() {
 	s.route("POST /v1/sandboxes/{id}/files/move", s.moveFile, 0)
 	s.route("GET /v1/sandboxes/{id}/files/watch", s.watchFiles, 0)
 
+	s.route("GET /v1/sandboxes/{id}/screenshot", s.screenshot, 0)
+
 	s.route("GET /v1/tools", s.listTools, 0)
 	s.route("POST /v1/sandboxes/{id}/tools/{name}", s.callTool, 0)
 	s.mcp = s.newMCP()

@@ -109,6 +109,8 @@ func Call(ctx context.Context, c *client.Client, id, name string, args json.RawM
 			return res, nil
 		}
 		return listFiles(ctx, c, id, a.Path), nil
+	case "computer":
+		return computer(ctx, c, id, args), nil
 	}
 	return nil, unknownTool(name)
 }

@@ -17,7 +17,9 @@ import (
 const instructions = "Kiln runs code in an isolated sandbox that belongs to this session. " +
 	"It starts on the first tool call and is reused by every later one, so variables, files and " +
 	"installed packages persist until the session ends (then it is killed) or kill_sandbox. " +
-	"Use execute_python or run_code for computation and charts, run_command for shell work."
+	"Use execute_python or run_code for computation and charts, run_command for shell work. " +
+	"The computer tool drives a desktop (screenshots, mouse, keyboard): it needs a desktop sandbox, " +
+	"so call create_sandbox with template \"desktop\" first unless the session's sandbox is one."
 
 // NewMCPServer returns an MCP server offering every tool on sess. It
 // serves one MCP session: when that session ends, sess is closed and its

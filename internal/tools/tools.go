@@ -22,6 +22,9 @@ type Tool struct {
 	// have no meaning in a function-calling loop, where the program owns
 	// the sandbox.
 	session bool
+	// desktop marks the tools that need a desktop sandbox (computer):
+	// sets give them only by name (Select); MCP sessions offer them all.
+	desktop bool
 }
 
 // Languages are the code interpreter's languages (the code-interpreter
@@ -98,6 +101,7 @@ var tools = []Tool{
 		Description: "List a directory in the sandbox: one line per entry with its type, size and path.",
 		Schema:      object(map[string]any{"path": str("The directory (default the user's home).")}),
 	},
+	computerTool,
 	{
 		Name: "create_sandbox",
 		Description: "Start a fresh sandbox for this session, replacing (and killing) the current one and " +
@@ -132,10 +136,11 @@ func Lookup(name string) (Tool, bool) {
 }
 
 // Select returns the tools of set named in names, in set's order; nil or
-// empty names select all of set. An unknown name is an error.
+// empty names select all of set but the desktop tools (computer), which
+// a loop asks for by name. An unknown name is an error.
 func Select(set []Tool, names []string) ([]Tool, error) {
 	if len(names) == 0 {
-		return set, nil
+		return slices.DeleteFunc(slices.Clone(set), func(t Tool) bool { return t.desktop }), nil
 	}
 	for _, n := range names {
 		if !slices.ContainsFunc(set, func(t Tool) bool { return t.Name == n }) {

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -142,5 +143,65 @@ func TestSessionNode(t *testing.T) {
 	id := nodeSessionID("node-b")
 	if node, ok := SessionNode(id); node != "node-b" || !ok || id == nodeSessionID("node-b") {
 		t.Errorf("nodeSessionID: %q → %q, %v (or not random)", id, node, ok)
+	}
+}
+
+// TestComputerArgs checks the computer tool's argument errors, which all
+// come before anything runs in a sandbox (the client is nil).
+func TestComputerArgs(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{`{}`, "action is required"},
+		{`{"action":"fly"}`, `action "fly": want one of`},
+		{`{"action":"left_click","coordinate":[10]}`, "want [x, y]"},
+		{`{"action":"left_click","coordinate":[10.5,3]}`, "whole pixels"},
+		{`{"action":"left_click","coordinate":[-1,3]}`, "whole pixels"},
+		{`{"action":"left_click","coordinate":[1,99999]}`, "whole pixels"},
+		{`{"action":"left_click","coordinate":["1","2"]}`, "must be a number"},
+		{`{"action":"mouse_move"}`, "mouse_move needs coordinate"},
+		{`{"action":"left_click_drag","coordinate":[1,2]}`, "needs start_coordinate"},
+		{`{"action":"screenshot","coordinate":[1,2]}`, "screenshot takes no coordinate"},
+		{`{"action":"type"}`, "type needs text"},
+		{`{"action":"type","text":""}`, "text is empty"},
+		{`{"action":"type","text":"a\u0000b"}`, "control character"},
+		{`{"action":"type","text":"\u001b[2J"}`, "control character"},
+		{`{"action":"type","text":"` + strings.Repeat("a", maxTypeText+1) + `"}`, "at most 4096"},
+		{`{"action":"key","text":""}`, "want 1 to 16"},
+		{`{"action":"key","text":"ctrl+$(id)"}`, `key "$(id)"`},
+		{`{"action":"key","text":"--window 1 a"}`, `key "--window"`},
+		{`{"action":"key","text":"` + strings.Repeat("a ", maxKeys+1) + `"}`, "want 1 to 16"},
+		{`{"action":"hold_key","text":"shift"}`, "hold_key needs duration"},
+		{`{"action":"hold_key","text":"shift","duration":31}`, "duration 31"},
+		{`{"action":"wait","duration":-1}`, "duration -1"},
+		{`{"action":"scroll","coordinate":[1,2]}`, "scroll needs scroll_direction"},
+		{`{"action":"scroll","scroll_direction":"sideways"}`, `scroll_direction "sideways"`},
+		{`{"action":"scroll","scroll_direction":"up","scroll_amount":0}`, "scroll_amount 0"},
+		{`{"action":"scroll","scroll_direction":"up","scroll_amount":2.5}`, "scroll_amount 2.5"},
+		{`{"action":"open","text":"-e evil"}`, "may not start with -"},
+		{`{"action":"open","text":"a\nb"}`, "control characters"},
+		{`{"action":"wait","text":"x"}`, "wait takes no text"},
+		{`{"action":"left_click","button":1}`, `unknown field "button"`},
+	} {
+		res := computer(context.Background(), nil, "sb", json.RawMessage(tc.args))
+		if !res.IsError || !strings.Contains(res.Content[0].Text, tc.want) {
+			t.Errorf("%.80s: %+v, want an error with %q", tc.args, res.Content, tc.want)
+		}
+	}
+}
+
+func TestKeyCombos(t *testing.T) {
+	got, err := keyCombos(" ctrl+s  Enter alt+F4 cmd+shift+t Page_Down ")
+	if want := "ctrl+s Return alt+F4 super+shift+t Page_Down"; err != nil || strings.Join(got, " ") != want {
+		t.Errorf("keyCombos: %q, %v; want %q", got, err, want)
+	}
+	for _, bad := range []string{"ctrl+", "+", "a+b+c+d+e+f+g", "é", "ctrl-s", "`"} {
+		if _, err := keyCombos(bad); err == nil {
+			t.Errorf("keyCombos(%q) accepted", bad)
+		}
+	}
+	if m, err := modifiers("Shift+control"); err != nil || strings.Join(m, ",") != "shift,ctrl" {
+		t.Errorf("modifiers: %q, %v", m, err)
+	}
+	if _, err := modifiers("ctrl+a"); err == nil {
+		t.Error("modifiers accepted a letter")
 	}
 }

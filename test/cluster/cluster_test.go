@@ -171,6 +171,11 @@ func TestCluster(t *testing.T) {
 		if got.String() != body {
 			return fmt.Errorf("file read back %q, want %q", got.String(), body)
 		}
+		// The screenshot route goes to the node like the others; base has
+		// no desktop, which the node's answer says.
+		if _, err := f.Screenshot(ctx, id, ""); !client.IsCode(err, api.CodeFailedPrecondition) || !strings.Contains(err.Error(), "no scrot") {
+			return fmt.Errorf("screenshot of a base sandbox: %v, want failed_precondition: no scrot", err)
+		}
 		if !code {
 			return nil
 		}
