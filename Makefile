@@ -9,7 +9,7 @@ export KILN_DATA_DIR
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION) -X github.com/kiln-sh/kiln/internal/agent.Version=$(VERSION)
 
-.PHONY: setup deps build run test gotest fuzz soak bench clean console-vendor image
+.PHONY: setup deps build run test gotest fuzz soak bench clean console-vendor image desktop
 
 ## deps: install system packages (runsc, runc, debootstrap, ...) if missing,
 ## and a recent static gVisor runsc built from the Go module proxy (cached);
@@ -44,6 +44,12 @@ image: setup
 setup: deps build
 	bin/kiln template build
 
+## desktop: the on-demand built-in desktop template (XFCE, Firefox, noVNC;
+## docs/desktop.md), which make setup leaves out: ~225 MB of Debian packages,
+## about a minute the first time, then cached
+desktop: setup
+	bin/kiln template build desktop
+
 ## run: set up, then start kiln serve
 run: setup
 	bin/kiln serve
@@ -57,13 +63,15 @@ test:
 	@# a loaded one; cached after). They start before setup so that they
 	@# use the CPU setup leaves idle while it downloads; those tests wait
 	@# for them, or build them if these failed. Their output follows the
-	@# tests'. The fuzz targets run after the tests, on a quiet machine:
+	@# tests'. The desktop template is built (setup, then it) before the
+	@# tests, so that test packages running in parallel find it built.
+	@# The fuzz targets run after the tests, on a quiet machine:
 	@# beside them, a starved FuzzAgentMethods worker was killed and the
 	@# kernels it had started held its pipes, so the fuzzer's coordinator
 	@# waited forever.
 	@tools=$$(mktemp); rc=1; \
 		{ nice -n 10 scripts/install-kube.sh & nice -n 10 scripts/install-nomad.sh & nice -n 10 scripts/install-helm.sh; wait; } >$$tools 2>&1 & tb=$$!; \
-		$(MAKE) --no-print-directory setup && $(MAKE) --no-print-directory gotest; rc=$$?; \
+		$(MAKE) --no-print-directory desktop && $(MAKE) --no-print-directory gotest; rc=$$?; \
 		wait $$tb; cat $$tools; rm -f $$tools; \
 		[ $$rc -eq 0 ]
 	$(MAKE) --no-print-directory fuzz

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kiln-sh/kiln/api"
 	"github.com/kiln-sh/kiln/client"
+	"github.com/kiln-sh/kiln/internal/oci/ocitest"
 	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
@@ -189,8 +190,9 @@ func readSandboxFile(ctx context.Context, c *client.Client, id, path string) str
 // bad arguments are clear tool errors; the agent loop of docs/desktop.md
 // runs with a stand-in for the model. Round trips are logged.
 func TestDesktopNative(t *testing.T) {
-	requireTemplate(t, "desktop")
+	ocitest.RequireRoot(t)
 	kiln := buildKiln(t)
+	servetest.Builtin(t, kiln, "desktop")
 	srv := servetest.Start(t, kiln)
 	c := srv.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -504,8 +506,10 @@ func runDocsLoop(t *testing.T, ctx context.Context, url, key string) {
 // and a computer tool click through POST /v1/sandboxes/{id}/tools/computer,
 // against a command's round trip.
 func BenchmarkDesktopScreenshot(b *testing.B) {
-	requireTemplate(b, "desktop")
-	srv := servetest.Start(b, servetest.Build(b))
+	ocitest.RequireRoot(b)
+	kiln := servetest.Build(b)
+	servetest.Builtin(b, kiln, "desktop")
+	srv := servetest.Start(b, kiln)
 	ctx := context.Background()
 	id := desktopSandbox(b, ctx, srv.Client)
 	b.Run("screenshot", func(b *testing.B) {

@@ -45,7 +45,7 @@ func TestDesktopSDK(t *testing.T) {
 	_, err := exec.LookPath(chromiumPath)
 	ocitest.Require(t, err == nil, "chromium not installed (scripts/setup-deps.sh installs it)")
 	kiln := servetest.Build(t)
-	buildDesktop(t, kiln)
+	servetest.Builtin(t, kiln, "desktop")
 	srv := servetest.StartWith(t, kiln, servetest.Options{TLS: true})
 	dir, err := filepath.Abs("desktop")
 	if err != nil {
@@ -102,21 +102,6 @@ func TestDesktopSDK(t *testing.T) {
 	if ids := srv.Alive(t); len(ids) > 0 {
 		t.Errorf("sandboxes left after the desktop tests: %v", ids)
 	}
-}
-
-// buildDesktop builds the desktop template, and its warm snapshot for
-// this kiln build, into KILN_DATA_DIR where they are missing, as a user
-// would: kiln template build desktop (the first build downloads its
-// Debian packages: about a minute here; then every step is cached and
-// only a new agent build needs a new warm snapshot, ~15 s).
-func buildDesktop(t *testing.T, kiln string) {
-	t.Helper()
-	t0 := time.Now()
-	out, err := exec.Command(kiln, "template", "build", "--progress=plain", "desktop").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kiln template build desktop: %v\n%s", err, out)
-	}
-	t.Logf("kiln template build desktop: %s", time.Since(t0).Round(time.Millisecond))
 }
 
 // streamBrowser is a headless Chromium that trusts the server's

@@ -8,10 +8,8 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-sh/kiln/internal/servetest"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
@@ -76,11 +75,15 @@ func startControlPlane(t *testing.T) *controlPlane {
 	// The API server's serving certificate, self-signed; the admin's
 	// token (in the system:masters group, which RBAC lets do anything);
 	// the service-account signing key.
-	certPEM, keyPEM := serverCert(t)
+	certFile, keyFile, caPool := servetest.SelfSigned(t, dir, "localhost")
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	saKey := keyPEMOf(t, newKey(t))
 	token := rand.Text()
 	files := map[string][]byte{
-		"apiserver.crt": certPEM, "apiserver.key": keyPEM, "sa.key": saKey,
+		"sa.key":     saKey,
 		"tokens.csv": []byte(token + ",kiln-test-admin,kiln-test-admin,system:masters\n"),
 	}
 	for name, b := range files {
@@ -94,7 +97,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(apiPort),
 		"--cert-dir="+filepath.Join(dir, "certs"),
-		"--tls-cert-file="+filepath.Join(dir, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(dir, "apiserver.key"),
+		"--tls-cert-file="+certFile, "--tls-private-key-file="+keyFile,
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"), "--authorization-mode=RBAC", "--anonymous-auth=false",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
@@ -104,8 +107,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 		// The node DaemonSet's pods are privileged.
 		"--allow-privileged=true",
 		"--endpoint-reconciler-type=none", "--enable-priority-and-fairness=false", "--profiling=false")
-	tlsConf := &tls.Config{RootCAs: x509.NewCertPool()}
-	tlsConf.RootCAs.AppendCertsFromPEM(certPEM)
+	tlsConf := &tls.Config{RootCAs: caPool}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 5 * time.Second}
 	waitOK(t, dir, "kube-apiserver", client, url+"/readyz", http.Header{"Authorization": {"Bearer " + token}})
 	t.Logf("kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
@@ -123,7 +125,7 @@ contexts:
 - name: test
   context: {cluster: test, user: admin}
 current-context: test
-`, url, filepath.Join(dir, "apiserver.crt"), token), 0o600); err != nil {
+`, url, certFile, token), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := &rest.Config{Host: url, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: certPEM}}
@@ -243,24 +245,4 @@ func keyPEMOf(t *testing.T, k *ecdsa.PrivateKey) []byte {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-}
-
-// serverCert makes a self-signed serving certificate for 127.0.0.1 and
-// localhost, its own CA: the certificate's PEM and its key's.
-func serverCert(t *testing.T) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEMOf(t, key)
 }
