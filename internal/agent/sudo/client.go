@@ -54,6 +54,14 @@ func run(path string, args []string) (int, error) {
 	if len(body) > maxRequest {
 		return 1, errors.New("the arguments and environment are too large")
 	}
+	// The command gets the client's stdio with the request and may write
+	// before the reply: catch the signals first, or one sent after its
+	// first output (^C) could kill the client by default.
+	sigs := make(chan os.Signal, 8)
+	for _, s := range forwardedSignals {
+		signal.Notify(sigs, s)
+	}
+	defer signal.Stop(sigs)
 	msg := frame(body)
 	n, _, err := c.WriteMsgUnix(msg, unix.UnixRights(stdio()...), nil)
 	if err == nil && n < len(msg) {
@@ -62,11 +70,6 @@ func run(path string, args []string) (int, error) {
 	if err != nil {
 		return 1, fmt.Errorf("sending the command to the sandbox agent: %w", err)
 	}
-	sigs := make(chan os.Signal, 8)
-	for _, s := range forwardedSignals {
-		signal.Notify(sigs, s)
-	}
-	defer signal.Stop(sigs)
 	go func() {
 		for s := range sigs {
 			_ = writeFrame(c, clientMsg{Signal: int(s.(syscall.Signal))})
