@@ -432,6 +432,18 @@ func (m *Manager) plan(ctx context.Context, opts CreateOptions) (createPlan, err
 // never sees EOF or EPIPE while kiln serve restarts; we re-open them by
 // path.
 func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
+	if err := m.createContainer(ctx, rt, id, b); err != nil {
+		return err
+	}
+	if err := rt.Start(ctx, id.String()); err != nil {
+		return fmt.Errorf("starting container: %w", err)
+	}
+	return nil
+}
+
+// createContainer creates container id from b, not started, with the agent's
+// stdio on the FIFOs in b's dir (see start).
+func (m *Manager) createContainer(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
 	files, err := openStdio(b.Dir)
 	if err != nil {
 		return err
@@ -444,9 +456,6 @@ func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundl
 	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]}); err != nil {
 		// The runtime's own stderr is the container's: the agent log.
 		return fmt.Errorf("creating container: %w%s", err, agentLogTail(b.Dir))
-	}
-	if err := rt.Start(ctx, id.String()); err != nil {
-		return fmt.Errorf("starting container: %w", err)
 	}
 	return nil
 }
