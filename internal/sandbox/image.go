@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -121,7 +122,7 @@ func (im *Images) capture(ctx context.Context, b *box, dir, verb string, ahead f
 	if err := rootfs.Sync(layer); err != nil {
 		return Sandbox{}, false, err
 	}
-	if early && !layerUnchanged(layer, dir, writes) {
+	if early && !im.layerUnchanged(id, layer, dir, writes) {
 		im.log.Info("the layer changed under the checkpoint: copying it again", "sandbox_id", id)
 		early = false
 		if err := os.Remove(filepath.Join(dir, imageDisk)); err != nil {
@@ -158,12 +159,16 @@ func copyLayerAhead(layer, dir string) (writes uint64, ok bool, err error) {
 // copy in dir, which was taken when writes writes had reached it: no
 // write since, or (the file system writes its own metadata: the lazy
 // inode table zeroing of a new layer, its superblock) the same bytes.
-func layerUnchanged(layer, dir string, writes uint64) bool {
-	if n, err := rootfs.Writes(layer); err == nil && n == writes {
+func (im *Images) layerUnchanged(id ID, layer, dir string, writes uint64) bool {
+	n, err := rootfs.Writes(layer)
+	if err == nil && n == writes {
 		return true
 	}
-	same, err := rootfs.SameData(rootfs.ImagePath(layer), filepath.Join(dir, imageDisk))
-	return err == nil && same
+	t0 := time.Now()
+	same, serr := rootfs.SameData(rootfs.ImagePath(layer), filepath.Join(dir, imageDisk))
+	im.log.Debug("writes reached the layer during the checkpoint", "sandbox_id", id, "writes", n-writes, "err", err,
+		"same_bytes", same, "compare_err", serr, "compare_took", time.Since(t0))
+	return serr == nil && same
 }
 
 // copyLayer copies the flushed layer image into dir.

@@ -127,6 +127,9 @@ type box struct {
 	procs *procs // the runtime's host processes, if this process started them
 	// containerGone: a pause deleted the container (so a resume need not).
 	containerGone bool
+	// resumeReady: a paused runsc sandbox's container was created again,
+	// not started (Config.ResumeReady): its resume restores into it.
+	resumeReady bool
 	// moved: a paused sandbox whose files are in the shared snapshot dir
 	// only (move.go): nothing of it is on this host yet.
 	moved bool

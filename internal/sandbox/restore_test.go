@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -284,4 +285,70 @@ print(sum(d[off:off + 9] == b"fork-data" for off in range(0, len(d), 4096)))'`
 			t.Errorf("fork %d reads %q pages of the mapped file as written (want 256): %s", i, r.Stdout, r.Stderr)
 		}
 	}
+}
+
+// With Config.ResumeReady a paused runsc sandbox gets a created (not
+// started) container after its pause, and its resume restores into it:
+// the memory is what it was before the pause, page for page. A paused
+// sandbox killed while ready leaves nothing behind. The processes the
+// ready container holds are logged (its cost per paused sandbox).
+func TestResumeReady(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.ResumeReady = true
+	m, _ := newImages(t, cfg)
+	killAllOnCleanup(t, m)
+	ctx := context.Background()
+	rt := runtimes(cfg.Config)["runsc"]
+	ready := func(id sandbox.ID) oci.State {
+		t.Helper()
+		for range 600 {
+			if st, err := rt.State(ctx, id.String()); err == nil && st.Status == oci.StatusCreated {
+				return st
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no created container for paused sandbox %s", id)
+		return oci.State{}
+	}
+
+	e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	want := startHolder(t, e, 64)
+	if _, err := m.Pause(ctx, e.SB.ID); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	st := ready(e.SB.ID)
+	var pss []string
+	for _, pid := range append([]int{st.Pid}, st.HelperPids...) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if strings.HasPrefix(line, "Pss:") {
+				pss = append(pss, fmt.Sprintf("pid %d %s", pid, strings.Join(strings.Fields(line)[1:], " ")))
+			}
+		}
+	}
+	t.Logf("a ready paused sandbox holds: %s", strings.Join(pss, ", "))
+	t0 := time.Now()
+	sb, err := m.Resume(ctx, e.SB.ID)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	t.Logf("resume into the created container: %v", time.Since(t0))
+	e = boxOf(t, m, sb)
+	if got, _ := askHolder(t, e, "sum"); got != want {
+		t.Errorf("memory after resume hashes to %s, before the pause %s", got, want)
+	}
+	if sum, first := askHolder(t, e, "mark 7"); first != 7 || sum == want {
+		t.Errorf("the resumed holder cannot write its memory: %s %d", sum, first)
+	}
+
+	// Paused again (ready again), then killed.
+	if _, err := m.Pause(ctx, e.SB.ID); err != nil {
+		t.Fatalf("second pause: %v", err)
+	}
+	st = ready(e.SB.ID)
+	if err := m.Kill(ctx, e.SB.ID); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	assertNothingLeft(t, cfg, e.SB.ID, st.Pid)
 }
