@@ -156,9 +156,9 @@ func copyLayerAhead(layer, dir string) (writes uint64, ok bool, err error) {
 }
 
 // layerUnchanged reports whether the flushed layer's image is still the
-// copy in dir, which was taken when writes writes had reached it: no
-// write since, or (the file system writes its own metadata: the lazy
-// inode table zeroing of a new layer, its superblock) the same bytes.
+// copy in dir, which was taken when writes sectors had been written to
+// it: none written since, or the same bytes (a write that changed
+// nothing, e.g. ext4 writing back metadata as it was).
 func (im *Images) layerUnchanged(id ID, layer, dir string, writes uint64) bool {
 	n, err := rootfs.Writes(layer)
 	if err == nil && n == writes {
@@ -166,7 +166,7 @@ func (im *Images) layerUnchanged(id ID, layer, dir string, writes uint64) bool {
 	}
 	t0 := time.Now()
 	same, serr := rootfs.SameData(rootfs.ImagePath(layer), filepath.Join(dir, imageDisk))
-	im.log.Debug("writes reached the layer during the checkpoint", "sandbox_id", id, "writes", n-writes, "err", err,
+	im.log.Debug("writes reached the layer during the checkpoint", "sandbox_id", id, "sectors", n-writes, "err", err,
 		"same_bytes", same, "compare_err", serr, "compare_took", time.Since(t0))
 	return serr == nil && same
 }
