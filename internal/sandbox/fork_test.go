@@ -283,3 +283,77 @@ func TestAdoptThawsFrozen(t *testing.T) {
 		}
 	})
 }
+
+// failingCheckpoint is runsc whose checkpoints fail once the containers
+// created meanwhile (a fork's, made during the checkpoint) exist.
+type failingCheckpoint struct {
+	*oci.CLI
+	want    int
+	mu      sync.Mutex
+	created []string
+}
+
+func (f *failingCheckpoint) Create(ctx context.Context, id string, b *oci.Bundle, io oci.IO) error {
+	err := f.CLI.Create(ctx, id, b, io)
+	f.mu.Lock()
+	f.created = append(f.created, id)
+	f.mu.Unlock()
+	return err
+}
+
+func (f *failingCheckpoint) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+	for range 600 {
+		f.mu.Lock()
+		n := len(f.created)
+		f.mu.Unlock()
+		if n >= f.want {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("injected checkpoint failure")
+}
+
+// A fork whose checkpoint fails after its forks' containers were created
+// (they are made while the checkpoint runs) unwinds them all and leaves
+// the source running.
+func TestForkCheckpointFailureUnwindsCreated(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	rts := runtimes(cfg.Config)
+	fc := &failingCheckpoint{CLI: rts["runsc"].(*oci.CLI), want: 3}
+	rts["runsc"] = fc
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	m, err := sandbox.NewManager(context.Background(), cfg, rts, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	im, err := sandbox.NewImages(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	fc.mu.Lock()
+	fc.created = nil // the source's own
+	fc.mu.Unlock()
+	if _, err := im.Fork(ctx, src.SB.ID, 3, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("fork with a failing checkpoint: %v", err)
+	}
+	if len(fc.created) != 3 {
+		t.Errorf("created %d fork containers, want 3", len(fc.created))
+	}
+	for _, id := range fc.created {
+		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
+	}
+	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
+		t.Errorf("records after a failed fork: %+v %v", recs, err)
+	}
+	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
+		t.Errorf("state dir after a failed fork: %v", ents)
+	}
+	if r := src.Sh("echo still here"); r.Stdout != "still here\n" {
+		t.Errorf("source after failed fork: %q", r.Stdout)
+	}
+}
