@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,16 +210,7 @@ func TestForkFailureUnwinds(t *testing.T) {
 	rts := runtimes(cfg.Config)
 	fr := &failingRestore{CLI: rts["runsc"].(*oci.CLI), failAt: 3}
 	rts["runsc"] = fr
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	m, err := sandbox.NewManager(context.Background(), cfg, rts, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	im, err := sandbox.NewImages(context.Background(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, im, _ := newLoggedManager(t, cfg, rts)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	src.Sh("echo x > /home/user/x")
@@ -233,15 +223,7 @@ func TestForkFailureUnwinds(t *testing.T) {
 	for _, id := range fr.ids {
 		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
 	}
-	if got := len(m.Live()); got != 1 {
-		t.Errorf("%d live sandboxes after a failed fork", got)
-	}
-	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
-		t.Errorf("records after a failed fork: %+v %v", recs, err)
-	}
-	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
-		t.Errorf("state dir after a failed fork: %v", ents)
-	}
+	assertOnlySource(t, m, cfg)
 	if r := src.Sh("cat /home/user/x"); r.Stdout != "x\n" {
 		t.Errorf("source after failed fork: %q", r.Stdout)
 	}
@@ -323,16 +305,7 @@ func TestForkCheckpointFailureUnwindsCreated(t *testing.T) {
 	rts := runtimes(cfg.Config)
 	fc := &failingCheckpoint{CLI: rts["runsc"].(*oci.CLI), want: 3}
 	rts["runsc"] = fc
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	m, err := sandbox.NewManager(context.Background(), cfg, rts, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	im, err := sandbox.NewImages(context.Background(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, im, _ := newLoggedManager(t, cfg, rts)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	fc.mu.Lock()
@@ -347,13 +320,23 @@ func TestForkCheckpointFailureUnwindsCreated(t *testing.T) {
 	for _, id := range fc.created {
 		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
 	}
-	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
+	assertOnlySource(t, m, cfg)
+	if r := src.Sh("echo still here"); r.Stdout != "still here\n" {
+		t.Errorf("source after failed fork: %q", r.Stdout)
+	}
+}
+
+// assertOnlySource checks that a failed fork left only its source: one
+// live sandbox, one record, one state dir.
+func assertOnlySource(t *testing.T, m *sandbox.Manager, cfg sandbox.Config) {
+	t.Helper()
+	if got := len(m.Live()); got != 1 {
+		t.Errorf("%d live sandboxes after a failed fork", got)
+	}
+	if recs, _, err := m.List(context.Background(), sandbox.Filter{}); err != nil || len(recs) != 1 {
 		t.Errorf("records after a failed fork: %+v %v", recs, err)
 	}
 	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
 		t.Errorf("state dir after a failed fork: %v", ents)
-	}
-	if r := src.Sh("echo still here"); r.Stdout != "still here\n" {
-		t.Errorf("source after failed fork: %q", r.Stdout)
 	}
 }
