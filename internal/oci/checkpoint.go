@@ -26,7 +26,8 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, imageDir string, leaveRunning bool) error
 	// Restore creates container id from b and resumes it from the image
 	// in imageDir, with io as its init process's stdio (the container's
-	// stdio are re-attached to io).
+	// stdio are re-attached to io); a container id already created from
+	// b (not started) is restored into, with the stdio of its create.
 	Restore(ctx context.Context, id string, b *Bundle, imageDir string, io IO) error
 }
 
@@ -54,10 +55,14 @@ func (c *CLI) Checkpoint(ctx context.Context, id, imageDir string, leaveRunning 
 }
 
 // Restore creates container id from b, resumed from the image in imageDir,
-// and returns once it runs (restore --detach). An image mostly out of the
-// page cache is read with O_DIRECT (see RestoreDirect). As with Create, the
-// command's stderr (and the container's, if io.Stderr is nil) and the
-// runtime's log go to b.Dir/create.log, and a failed restore is deleted.
+// and returns once it runs (restore --detach). If container id was
+// created from b already (Create, not started), runsc restores into it:
+// its sandbox and gofer processes, spawned by the create, are used, and
+// the stdio it was created with are the container's (io is not). An
+// image mostly out of the page cache is read with O_DIRECT (see
+// RestoreDirect). As with Create, the command's stderr (and the
+// container's, if io.Stderr is nil) and the runtime's log go to
+// b.Dir/create.log, and a failed restore is deleted.
 func (c *CLI) Restore(ctx context.Context, id string, b *Bundle, imageDir string, io IO) error {
 	if !c.CanCheckpoint() {
 		return fmt.Errorf("%s cannot restore: %w", c.name, errdefs.ErrFailedPrecondition)
@@ -65,6 +70,7 @@ func (c *CLI) Restore(ctx context.Context, id string, b *Bundle, imageDir string
 	if err := checkID(id); err != nil {
 		return err
 	}
+	c.netFlags.Delete(id) // a created container is restored, not started
 	logPath := filepath.Join(b.Dir, CreateLog)
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_CLOEXEC, 0o600)
 	if err != nil {

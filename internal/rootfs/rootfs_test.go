@@ -342,3 +342,48 @@ func imageDir(t *testing.T) (dir, image string) {
 	}
 	return dir, image
 }
+
+// Writes counts what reaches a layer's image: nothing while nothing is
+// written, more after a write and a Sync. A copy of the image has the
+// same data (SameData), until the layer changes.
+func TestWritesAndSameData(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	l := mount(t, lowerDir(t), 64<<20)
+	t.Cleanup(func() { _ = Unmount(context.Background(), l.Dir()) })
+	if err := Sync(l.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	w0, err := Writes(l.Dir())
+	if err != nil {
+		t.Fatalf("Writes: %v", err)
+	}
+	cp := filepath.Join(t.TempDir(), "copy.img")
+	if err := CopySparse(cp, ImagePath(l.Dir())); err != nil {
+		t.Fatal(err)
+	}
+	if err := Sync(l.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := Writes(l.Dir()); err != nil || w != w0 {
+		t.Errorf("Writes after a sync with nothing written = %d, %v; was %d", w, err, w0)
+	}
+	if same, err := SameData(ImagePath(l.Dir()), cp); err != nil || !same {
+		t.Errorf("SameData of an image and its copy = %v, %v", same, err)
+	}
+	if err := os.WriteFile(filepath.Join(l.Rootfs(), "new"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Sync(l.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := Writes(l.Dir()); err != nil || w <= w0 {
+		t.Errorf("Writes after a write = %d, %v; was %d", w, err, w0)
+	}
+	if same, err := SameData(ImagePath(l.Dir()), cp); err != nil || same {
+		t.Errorf("SameData after a write = %v, %v", same, err)
+	}
+	if _, err := Writes(t.TempDir()); err == nil {
+		t.Error("Writes of a dir with no layer succeeded")
+	}
+}

@@ -51,20 +51,59 @@ func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 			removeLater(im.log, tmp) // its name keeps the prefix gcForks cleans up
 		}
 	}()
-	src, err := im.capture(ctx, b, tmp, "forked")
-	if err != nil {
-		return nil, err
-	}
-	t1 := time.Now()
-	tmpl, err := im.cfg.templateOf(src.Template, src.Build)
+	b.mu.Lock()
+	tname, tbuild := b.rec.Template, b.rec.Build
+	b.mu.Unlock()
+	tmpl, err := im.cfg.templateOf(tname, tbuild)
 	if err != nil {
 		return nil, fmt.Errorf("template of sandbox %s: %w", id, err)
 	}
+	// Each fork's record, dir, layer and container are made while the
+	// source is checkpointed (capture's ahead); only the restores wait
+	// for the checkpoint.
+	preps := make([]*prepared, count)
+	perrs := make([]error, count)
+	var pwg sync.WaitGroup
+	src, early, err := im.capture(ctx, b, tmp, "forked", func(src Sandbox) {
+		for i := range preps {
+			pwg.Go(func() { preps[i], perrs[i] = im.core.prepareNew(ctx, forkRecord(src, im.cfg), tmpl, tmp, q, true) })
+		}
+	})
+	pwg.Wait()
+	if err == nil && early {
+		err = errors.Join(perrs...)
+	}
+	if err != nil || !early {
+		// Not used: a failure, or a layer that changed under the
+		// checkpoint (the forks are made from the new copy below).
+		var undo cleanup
+		for _, p := range preps {
+			if p != nil {
+				undo.take(&p.c)
+			}
+		}
+		if uerr := undo.unwind(ctx); uerr != nil {
+			im.log.Error("unwinding prepared forks", "sandbox_id", id, "err", uerr)
+		}
+		if err != nil {
+			if early {
+				err = fmt.Errorf("forking sandbox %s: %w", id, perrs[firstErr(perrs)])
+			}
+			return nil, err
+		}
+	}
+	t1 := time.Now()
 	forks := make([]*box, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range forks {
-		wg.Go(func() { forks[i], errs[i] = im.core.restoreNew(ctx, forkRecord(src, im.cfg), tmpl, tmp, q) })
+		wg.Go(func() {
+			if early {
+				forks[i], errs[i] = im.core.finishNew(ctx, preps[i])
+			} else {
+				forks[i], errs[i] = im.core.restoreNew(ctx, forkRecord(src, im.cfg), tmpl, tmp, q)
+			}
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -87,7 +126,7 @@ func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		f.mu.Unlock()
 		ids[i] = f.rec.ID.String()
 	}
-	im.log.Info("sandbox forked", "sandbox_id", id, "forks", ids, "snapshot", t1.Sub(t0), "total", time.Since(t0))
+	im.log.Info("sandbox forked", "sandbox_id", id, "forks", ids, "snapshot", t1.Sub(t0), "created_ahead", early, "total", time.Since(t0))
 	return out, nil
 }
 

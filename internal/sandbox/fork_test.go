@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,16 +210,7 @@ func TestForkFailureUnwinds(t *testing.T) {
 	rts := runtimes(cfg.Config)
 	fr := &failingRestore{CLI: rts["runsc"].(*oci.CLI), failAt: 3}
 	rts["runsc"] = fr
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-	m, err := sandbox.NewManager(context.Background(), cfg, rts, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	im, err := sandbox.NewImages(context.Background(), m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, im, _ := newLoggedManager(t, cfg, rts)
 	ctx := context.Background()
 	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
 	src.Sh("echo x > /home/user/x")
@@ -233,15 +223,7 @@ func TestForkFailureUnwinds(t *testing.T) {
 	for _, id := range fr.ids {
 		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
 	}
-	if got := len(m.Live()); got != 1 {
-		t.Errorf("%d live sandboxes after a failed fork", got)
-	}
-	if recs, _, err := m.List(ctx, sandbox.Filter{}); err != nil || len(recs) != 1 {
-		t.Errorf("records after a failed fork: %+v %v", recs, err)
-	}
-	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
-		t.Errorf("state dir after a failed fork: %v", ents)
-	}
+	assertOnlySource(t, m, cfg)
 	if r := src.Sh("cat /home/user/x"); r.Stdout != "x\n" {
 		t.Errorf("source after failed fork: %q", r.Stdout)
 	}
@@ -282,4 +264,79 @@ func TestAdoptThawsFrozen(t *testing.T) {
 			t.Errorf("stale fork dir kept")
 		}
 	})
+}
+
+// failingCheckpoint is runsc whose checkpoints fail once the containers
+// created meanwhile (a fork's, made during the checkpoint) exist.
+type failingCheckpoint struct {
+	*oci.CLI
+	want    int
+	mu      sync.Mutex
+	created []string
+}
+
+func (f *failingCheckpoint) Create(ctx context.Context, id string, b *oci.Bundle, io oci.IO) error {
+	err := f.CLI.Create(ctx, id, b, io)
+	f.mu.Lock()
+	f.created = append(f.created, id)
+	f.mu.Unlock()
+	return err
+}
+
+func (f *failingCheckpoint) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error {
+	for range 600 {
+		f.mu.Lock()
+		n := len(f.created)
+		f.mu.Unlock()
+		if n >= f.want {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("injected checkpoint failure")
+}
+
+// A fork whose checkpoint fails after its forks' containers were created
+// (they are made while the checkpoint runs) unwinds them all and leaves
+// the source running.
+func TestForkCheckpointFailureUnwindsCreated(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	rts := runtimes(cfg.Config)
+	fc := &failingCheckpoint{CLI: rts["runsc"].(*oci.CLI), want: 3}
+	rts["runsc"] = fc
+	m, im, _ := newLoggedManager(t, cfg, rts)
+	ctx := context.Background()
+	src := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	fc.mu.Lock()
+	fc.created = nil // the source's own
+	fc.mu.Unlock()
+	if _, err := im.Fork(ctx, src.SB.ID, 3, sandbox.Quota{}); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("fork with a failing checkpoint: %v", err)
+	}
+	if len(fc.created) != 3 {
+		t.Errorf("created %d fork containers, want 3", len(fc.created))
+	}
+	for _, id := range fc.created {
+		assertNothingLeft(t, cfg, sandbox.ID(id), 0)
+	}
+	assertOnlySource(t, m, cfg)
+	if r := src.Sh("echo still here"); r.Stdout != "still here\n" {
+		t.Errorf("source after failed fork: %q", r.Stdout)
+	}
+}
+
+// assertOnlySource checks that a failed fork left only its source: one
+// live sandbox, one record, one state dir.
+func assertOnlySource(t *testing.T, m *sandbox.Manager, cfg sandbox.Config) {
+	t.Helper()
+	if got := len(m.Live()); got != 1 {
+		t.Errorf("%d live sandboxes after a failed fork", got)
+	}
+	if recs, _, err := m.List(context.Background(), sandbox.Filter{}); err != nil || len(recs) != 1 {
+		t.Errorf("records after a failed fork: %+v %v", recs, err)
+	}
+	if ents, _ := os.ReadDir(cfg.StateDir); len(ents) != 1 {
+		t.Errorf("state dir after a failed fork: %v", ents)
+	}
 }

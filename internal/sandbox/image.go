@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -68,16 +69,25 @@ func imageCaps(imageDir string) ([]string, error) {
 // sandbox is frozen for about a tenth of a second and keeps running. It
 // returns the source's record as of the image. verb names the operation
 // in errors ("forked", "snapshotted").
-func (im *Images) capture(ctx context.Context, b *box, dir, verb string) (_ Sandbox, err error) {
+//
+// With ahead, the layer image is copied first and ahead is called with
+// the record before the checkpoint is taken: it starts, in the background,
+// what needs the layer image but not the checkpoint (Fork: its forks'
+// layers and containers), to run while the checkpoint is written. The
+// checkpoint flushes file data the sentry cached to the layer: if any
+// reached it, the copy is taken again and early is false (what ahead made
+// does not match the image); early is true when ahead's copy is the
+// image's.
+func (im *Images) capture(ctx context.Context, b *box, dir, verb string, ahead func(Sandbox)) (_ Sandbox, early bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	id := b.rec.ID
 	ck, p, err := im.capturable(b.rec, verb)
 	if err != nil {
-		return Sandbox{}, err
+		return Sandbox{}, false, err
 	}
 	if err := p.Pause(ctx, id.String()); err != nil {
-		return Sandbox{}, fmt.Errorf("freezing sandbox: %w", err)
+		return Sandbox{}, false, fmt.Errorf("freezing sandbox: %w", err)
 	}
 	defer func() {
 		if rerr := p.Resume(context.WithoutCancel(ctx), id.String()); rerr != nil {
@@ -87,30 +97,89 @@ func (im *Images) capture(ctx context.Context, b *box, dir, verb string) (_ Sand
 			}
 		}
 	}()
-	if err := ck.Checkpoint(ctx, id.String(), filepath.Join(dir, imageCheckpoint), true); err != nil {
-		return Sandbox{}, fmt.Errorf("checkpointing sandbox: %w", err)
-	}
-	// Frozen, nothing writes to the layer: flush it and copy its image,
-	// which then matches the memory image.
+	// Frozen, nothing but the checkpoint writes to the layer.
 	layer := filepath.Join(b.dir, layerDir)
-	if err := rootfs.Sync(layer); err != nil {
-		return Sandbox{}, err
+	var writes uint64
+	if ahead != nil {
+		if writes, early, err = copyLayerAhead(layer, dir); err != nil {
+			return Sandbox{}, false, err
+		}
 	}
+	if err := keepCaps(b.dir, dir); err != nil {
+		return Sandbox{}, false, err
+	}
+	if err := keepNetwork(b.dir, dir); err != nil {
+		return Sandbox{}, false, err
+	}
+	rec := b.rec
+	rec.Env, rec.Metadata = maps.Clone(rec.Env), maps.Clone(rec.Metadata)
+	if early {
+		ahead(rec)
+	}
+	if err := ck.Checkpoint(ctx, id.String(), filepath.Join(dir, imageCheckpoint), true); err != nil {
+		return Sandbox{}, false, fmt.Errorf("checkpointing sandbox: %w", err)
+	}
+	if err := rootfs.Sync(layer); err != nil {
+		return Sandbox{}, false, err
+	}
+	if early && !im.layerUnchanged(id, layer, dir, writes) {
+		im.log.Info("the layer changed under the checkpoint: copying it again", "sandbox_id", id)
+		early = false
+		if err := os.Remove(filepath.Join(dir, imageDisk)); err != nil {
+			return Sandbox{}, false, fmt.Errorf("removing stale layer copy: %w", err)
+		}
+	}
+	if !early {
+		// Flushed after the checkpoint, the copy matches the memory image.
+		if err := copyLayer(layer, dir); err != nil {
+			return Sandbox{}, false, err
+		}
+	}
+	return rec, early, nil
+}
+
+// copyLayerAhead flushes the layer and copies its image into dir before
+// the checkpoint, returning the count of writes that had reached it (see
+// rootfs.Writes); ok is false, and nothing is copied, when that count
+// cannot be read.
+func copyLayerAhead(layer, dir string) (writes uint64, ok bool, err error) {
+	if err := rootfs.Sync(layer); err != nil {
+		return 0, false, err
+	}
+	if writes, err = rootfs.Writes(layer); err != nil {
+		return 0, false, nil
+	}
+	if err := copyLayer(layer, dir); err != nil {
+		return 0, false, err
+	}
+	return writes, true, nil
+}
+
+// layerUnchanged reports whether the flushed layer's image is still the
+// copy in dir, which was taken when writes sectors had been written to
+// it: none written since, or the same bytes (a write that changed
+// nothing, e.g. ext4 writing back metadata as it was).
+func (im *Images) layerUnchanged(id ID, layer, dir string, writes uint64) bool {
+	n, err := rootfs.Writes(layer)
+	if err == nil && n == writes {
+		return true
+	}
+	t0 := time.Now()
+	same, serr := rootfs.SameData(rootfs.ImagePath(layer), filepath.Join(dir, imageDisk))
+	im.log.Debug("writes reached the layer during the checkpoint", "sandbox_id", id, "sectors", n-writes, "err", err,
+		"same_bytes", same, "compare_err", serr, "compare_took", time.Since(t0))
+	return serr == nil && same
+}
+
+// copyLayer copies the flushed layer image into dir.
+func copyLayer(layer, dir string) error {
 	if err := rootfs.CopySparse(filepath.Join(dir, imageDisk), rootfs.ImagePath(layer)); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrResourceExhausted)
 		}
-		return Sandbox{}, fmt.Errorf("copying layer image: %w", err)
+		return fmt.Errorf("copying layer image: %w", err)
 	}
-	if err := keepCaps(b.dir, dir); err != nil {
-		return Sandbox{}, err
-	}
-	if err := keepNetwork(b.dir, dir); err != nil {
-		return Sandbox{}, err
-	}
-	rec := b.rec
-	rec.Env, rec.Metadata = maps.Clone(rec.Env), maps.Clone(rec.Metadata)
-	return rec, nil
+	return nil
 }
 
 // capturable checks that an image of rec can be taken (see capture) and

@@ -58,6 +58,11 @@ type core interface {
 	// restoreNew brings a new, listed sandbox up from an image (the
 	// pipeline's restore path): each fork, and a create from a snapshot.
 	restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Template, imageDir string, q Quota) (*box, error)
+	// prepareNew and finishNew are restoreNew in two halves: a fork's
+	// sandboxes are prepared, their containers created, while the
+	// source is checkpointed, and restored once its image is written.
+	prepareNew(ctx context.Context, rec Sandbox, tmpl *template.Template, imageDir string, q Quota, create bool) (*prepared, error)
+	finishNew(ctx context.Context, p *prepared) (*box, error)
 	// retract destroys a sandbox made in vain and deletes its record: a
 	// fork is all or nothing.
 	retract(ctx context.Context, id ID, final State, reason string) error

@@ -127,6 +127,9 @@ type box struct {
 	procs *procs // the runtime's host processes, if this process started them
 	// containerGone: a pause deleted the container (so a resume need not).
 	containerGone bool
+	// resumeReady: a paused runsc sandbox's container was created again,
+	// not started (Config.ResumeReady): its resume restores into it.
+	resumeReady bool
 	// moved: a paused sandbox whose files are in the shared snapshot dir
 	// only (move.go): nothing of it is on this host yet.
 	moved bool
@@ -432,6 +435,18 @@ func (m *Manager) plan(ctx context.Context, opts CreateOptions) (createPlan, err
 // never sees EOF or EPIPE while kiln serve restarts; we re-open them by
 // path.
 func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
+	if err := m.createContainer(ctx, rt, id, b); err != nil {
+		return err
+	}
+	if err := rt.Start(ctx, id.String()); err != nil {
+		return fmt.Errorf("starting container: %w", err)
+	}
+	return nil
+}
+
+// createContainer creates container id from b, not started, with the agent's
+// stdio on the FIFOs in b's dir (see start).
+func (m *Manager) createContainer(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundle) error {
 	files, err := openStdio(b.Dir)
 	if err != nil {
 		return err
@@ -444,9 +459,6 @@ func (m *Manager) start(ctx context.Context, rt oci.Runtime, id ID, b *oci.Bundl
 	if err := rt.Create(ctx, id.String(), b, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]}); err != nil {
 		// The runtime's own stderr is the container's: the agent log.
 		return fmt.Errorf("creating container: %w%s", err, agentLogTail(b.Dir))
-	}
-	if err := rt.Start(ctx, id.String()); err != nil {
-		return fmt.Errorf("starting container: %w", err)
 	}
 	return nil
 }

@@ -75,15 +75,35 @@ func (m *Manager) restoreWarm(ctx context.Context, b *box, rt oci.Runtime, tmpl 
 // runsc restore, a channel session and its identity (the restored agent
 // still has the source's). On failure it unwinds what it made and returns
 // a nil box; on success the sandbox is live and running.
-func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Template, dir string, q Quota) (_ *box, err error) {
-	b := &box{dir: filepath.Join(m.cfg.StateDir, rec.ID.String()), rec: rec}
-	log := m.log.With("sandbox_id", rec.ID)
+func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Template, dir string, q Quota) (*box, error) {
+	p, err := m.prepareNew(ctx, rec, tmpl, dir, q, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.finishNew(ctx, p)
+}
 
-	var c cleanup
+// prepared is a new sandbox from an image brought up to its runtime
+// stage (prepareNew): record, dir, network, layer and bundle made, and
+// with precreate its container created too. finishNew restores the
+// image's checkpoint into it; abort undoes it.
+type prepared struct {
+	u      bringup
+	bundle *oci.Bundle
+	c      cleanup
+}
+
+// prepareNew runs restoreNew's stages up to the runtime: all it needs of
+// dir is the layer image, the capabilities and the network state (the
+// checkpoint may still be being written). With create the container is
+// created as well (see precreate). On failure it unwinds what it made.
+func (m *Manager) prepareNew(ctx context.Context, rec Sandbox, tmpl *template.Template, dir string, q Quota, create bool) (_ *prepared, err error) {
+	b := &box{dir: filepath.Join(m.cfg.StateDir, rec.ID.String()), rec: rec}
+	p := &prepared{}
 	defer func() {
 		if err != nil {
-			if uerr := c.unwind(ctx); uerr != nil {
-				log.Error("unwinding failed create", "err", uerr)
+			if uerr := p.abort(ctx); uerr != nil {
+				m.log.Error("unwinding failed create", "sandbox_id", rec.ID, "err", uerr)
 			}
 		}
 	}()
@@ -91,26 +111,53 @@ func (m *Manager) restoreNew(ctx context.Context, rec Sandbox, tmpl *template.Te
 	if err != nil {
 		return nil, err
 	}
-	if err := m.enroll(ctx, pathRestore, b, &q, &c); err != nil {
+	if err := m.enroll(ctx, pathRestore, b, &q, &p.c); err != nil {
 		return nil, err
 	}
-	if err := m.attachRestored(ctx, b, dir, &c); err != nil {
+	if err := m.attachRestored(ctx, b, dir, &p.c); err != nil {
 		return nil, err
 	}
-	conn, err := m.bringUp(ctx, bringup{
+	p.u = bringup{
 		path: pathRestore, b: b, rt: m.runtimes[rec.Runtime], tmpl: tmpl,
 		disk: filepath.Join(dir, imageDisk), checkpoint: filepath.Join(dir, imageCheckpoint), identify: true,
 		caps: caps,
-	}, &c)
+	}
+	if p.bundle, err = m.layerBundle(ctx, p.u, &p.c); err != nil {
+		return nil, err
+	}
+	if create {
+		if err := m.precreate(ctx, &p.u, p.bundle); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// finishNew runs a prepared sandbox's last stages: its checkpoint
+// restored (into its container, if created), a session, its identity,
+// state running. On failure it unwinds everything p made and returns a
+// nil box.
+func (m *Manager) finishNew(ctx context.Context, p *prepared) (_ *box, err error) {
+	defer func() {
+		if err != nil {
+			if uerr := p.abort(ctx); uerr != nil {
+				m.log.Error("unwinding failed create", "sandbox_id", p.u.b.rec.ID, "err", uerr)
+			}
+		}
+	}()
+	conn, err := m.startAgent(ctx, p.u, p.bundle, &p.c)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.goLive(ctx, b, conn); err != nil {
+	if _, err := m.goLive(ctx, p.u.b, conn); err != nil {
 		return nil, err
 	}
-	c.release()
-	return b, nil
+	p.c.release()
+	return p.u.b, nil
 }
+
+// abort undoes what prepareNew (and a failed finishNew) made.
+func (p *prepared) abort(ctx context.Context) error { return p.c.unwind(ctx) }
 
 // bundle is the OCI bundle of b on the layer mounted at root: the agent as
 // PID 1 with b's env, hostname b's id, cgroup /kiln/<id> with b's limits.

@@ -99,7 +99,36 @@ func (m *Manager) pauseLocked(ctx context.Context, b *box, keepMemory bool) (_ S
 		return Sandbox{}, err
 	}
 	m.log.Info("sandbox paused", "sandbox_id", id, "memory", keepMemory, "took", time.Since(t0))
+	if keepMemory && m.cfg.ResumeReady && b.containerGone && b.rec.Image == "" {
+		go m.makeResumeReady(b)
+	}
 	return b.rec, nil
+}
+
+// makeResumeReady creates the container of checkpointed sandbox b again
+// from its bundle, not started (Config.ResumeReady): its resume then
+// restores into it (runsc skips the sandbox and gofer spawn). It runs
+// after the pause returned, under b.mu; a resume that comes first takes
+// the usual way. A failure is logged and leaves b as the pause did.
+func (m *Manager) makeResumeReady(b *box) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != StatePaused || !b.containerGone || b.ending.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt := m.runtimes[b.rec.Runtime]
+	bundle, err := oci.ReadBundle(b.dir)
+	if err == nil {
+		err = m.createContainer(ctx, rt, b.rec.ID, bundle)
+	}
+	if err != nil {
+		m.log.Warn("creating a paused sandbox's container ahead of its resume", "sandbox_id", b.rec.ID, "err", err)
+		return
+	}
+	b.containerGone, b.resumeReady = false, true
+	b.procs = learnProcs(rt, b.rec.ID.String())
 }
 
 // checkpoint saves a runsc sandbox to its image dir and destroys its
@@ -329,17 +358,18 @@ func (m *Manager) restore(ctx context.Context, b *box) error {
 	}
 	rt := m.runtimes[b.rec.Runtime]
 	// A container left over by a checkpoint whose delete failed, or
-	// unknown (adopted after a restart).
-	if !b.containerGone {
+	// unknown (adopted after a restart); not one made to resume into.
+	ready := b.resumeReady
+	if !b.containerGone && !ready {
 		if err := rt.Delete(ctx, id, true); err != nil {
 			return fmt.Errorf("deleting the checkpointed container: %w", err)
 		}
 	}
-	b.containerGone = false
+	b.containerGone, b.resumeReady = false, false
 	if err := m.readdressNetwork(ctx, b.rec.ID); err != nil {
 		return err
 	}
-	if err := m.startInPlace(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img}, bundle); err != nil {
+	if err := m.startInPlace(ctx, bringup{path: pathResume, b: b, rt: rt, checkpoint: img, created: ready}, bundle); err != nil {
 		return err
 	}
 	if b.rec.Image == "" {

@@ -72,6 +72,10 @@ type bringup struct {
 	identify bool
 	warmCode *wire.ExecuteParams
 	settle   bool
+	// created says the container exists already (runsc create done, not
+	// started: precreate): the restore goes into it, without spawning
+	// the sandbox and gofer processes.
+	created bool
 }
 
 // fault returns the error a test injected at stage of path for sandbox
@@ -156,8 +160,25 @@ func (m *Manager) forget(id ID) {
 // bringUp runs the stages from the layer on: the writable layer, the
 // bundle, then startAgent. b's dir exists (and its network, if any).
 func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.Conn, error) {
-	b, id := u.b, u.b.rec.ID
 	t0 := time.Now()
+	bundle, err := m.layerBundle(ctx, u, c)
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	conn, err := m.startAgent(ctx, u, bundle, c)
+	if err != nil {
+		return nil, err
+	}
+	m.log.Debug("sandbox brought up", "sandbox_id", u.b.rec.ID, "path", u.path, "layer", t1.Sub(t0), "agent", time.Since(t1))
+	return conn, nil
+}
+
+// layerBundle runs the layer and bundle stages: the writable layer
+// mounted, the bundle written; the container's undo step goes with the
+// bundle.
+func (m *Manager) layerBundle(ctx context.Context, u bringup, c *cleanup) (*oci.Bundle, error) {
+	b, id := u.b, u.b.rec.ID
 	if err := m.fault(u.path, stageLayer, id); err != nil {
 		return nil, err
 	}
@@ -190,13 +211,7 @@ func (m *Manager) bringUp(ctx context.Context, u bringup, c *cleanup) (*channel.
 		return nil, err
 	}
 	c.add(func(ctx context.Context) error { return deleteContainer(ctx, u.rt, id, b.dir, b.procs.get()) })
-	t1 := time.Now()
-	conn, err := m.startAgent(ctx, u, bundle, c)
-	if err != nil {
-		return nil, err
-	}
-	m.log.Debug("sandbox brought up", "sandbox_id", id, "path", u.path, "layer", t1.Sub(t0), "agent", time.Since(t1))
-	return conn, nil
+	return bundle, nil
 }
 
 // userPids makes runc's user pids cgroup for b (none for other runtimes)
@@ -272,21 +287,44 @@ func (m *Manager) startAgent(ctx context.Context, u bringup, bundle *oci.Bundle,
 	return conn, nil
 }
 
+// precreate creates u's container from bundle with the agent's stdio on
+// b's FIFOs, not started: the sandbox and gofer processes are spawned
+// now, and a later restore (u.created) goes into it. Paths run it while
+// something the restore waits for is still being done (Fork: while the
+// source is checkpointed). The container's undo step is the bundle's.
+func (m *Manager) precreate(ctx context.Context, u *bringup, bundle *oci.Bundle) error {
+	if err := m.fault(u.path, stageRuntime, u.b.rec.ID); err != nil {
+		return err
+	}
+	if err := m.createContainer(ctx, u.rt, u.b.rec.ID, bundle); err != nil {
+		return err
+	}
+	u.created = true
+	return nil
+}
+
 // restoreContainer restores u's checkpoint as b's container, on new
-// handles of b's FIFOs.
+// handles of b's FIFOs, or into the container precreate made, which
+// has them.
 func (m *Manager) restoreContainer(ctx context.Context, u bringup, bundle *oci.Bundle) error {
 	ck, ok := u.rt.(oci.Checkpointer)
 	if !ok {
 		return fmt.Errorf("runtime %s cannot restore a checkpoint", u.rt.Name())
 	}
-	files, err := openStdio(u.b.dir)
-	if err != nil {
-		return err
+	var io oci.IO
+	if !u.created {
+		files, err := openStdio(u.b.dir)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
+		io = oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]}
 	}
-	err = ck.Restore(ctx, u.b.rec.ID.String(), bundle, u.checkpoint, oci.IO{Stdin: files[0], Stdout: files[1], Stderr: files[2]})
-	for _, f := range files {
-		f.Close()
-	}
+	err := ck.Restore(ctx, u.b.rec.ID.String(), bundle, u.checkpoint, io)
 	if err != nil {
 		if u.path == pathWarm {
 			return fmt.Errorf("restoring warm checkpoint: %w", err)

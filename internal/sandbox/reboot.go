@@ -119,7 +119,7 @@ func (m *Manager) reboot(ctx context.Context, b *box) error {
 		}
 		b.procs = nil
 	}
-	b.containerGone = false
+	b.containerGone, b.resumeReady = false, false
 	var c cleanup
 	pidsCgroup, err := userPids(b, rt, &c)
 	if err == nil {

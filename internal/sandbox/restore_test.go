@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kiln-sh/kiln/internal/errdefs"
 	"github.com/kiln-sh/kiln/internal/oci"
@@ -250,4 +251,104 @@ func TestRestoreImageRemovedOrCut(t *testing.T) {
 	if got := settledState(t, m, cfg, before); got != before {
 		t.Errorf("failed create left state: %s, was %s", got, before)
 	}
+}
+
+// A fork's files are the source's as of the checkpoint, also data the
+// source wrote through a shared memory mapping and never flushed: runsc
+// flushes it to the layer with the checkpoint, after Fork copied the
+// layer for the forks it prepares meanwhile, and Fork must notice.
+func TestForkKeepsMappedWrites(t *testing.T) {
+	_, m, im, src, _ := holderSource(t, 1)
+	ctx := context.Background()
+	src.Sh(`nohup python3 -c '
+import mmap, os, time
+fd = os.open("/home/user/mapped.bin", os.O_RDWR | os.O_CREAT, 0o644)
+os.ftruncate(fd, 1 << 20)
+m = mmap.mmap(fd, 1 << 20)
+for off in range(0, 1 << 20, 4096):
+    m[off:off + 9] = b"fork-data"
+open("/tmp/mapped", "w").close()
+time.sleep(3600)
+' >/tmp/mapped.log 2>&1 &`)
+	if r := src.Sh("for i in $(seq 600); do [ -f /tmp/mapped ] && break; sleep 0.05; done; ls /tmp/mapped"); r.Stdout != "/tmp/mapped\n" {
+		t.Fatalf("mapper did not start: %q", src.Sh("cat /tmp/mapped.log").Stdout)
+	}
+	sbs, err := im.Fork(ctx, src.SB.ID, 2, sandbox.Quota{})
+	if err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	const check = `python3 -c '
+d = open("/home/user/mapped.bin", "rb").read()
+print(sum(d[off:off + 9] == b"fork-data" for off in range(0, len(d), 4096)))'`
+	for i, sb := range sbs {
+		if r := boxOf(t, m, sb).Sh(check); r.Stdout != "256\n" {
+			t.Errorf("fork %d reads %q pages of the mapped file as written (want 256): %s", i, r.Stdout, r.Stderr)
+		}
+	}
+}
+
+// With Config.ResumeReady a paused runsc sandbox gets a created (not
+// started) container after its pause, and its resume restores into it:
+// the memory is what it was before the pause, page for page. A paused
+// sandbox killed while ready leaves nothing behind. The processes the
+// ready container holds are logged (its cost per paused sandbox).
+func TestResumeReady(t *testing.T) {
+	requireRunsc(t)
+	cfg := testConfig(t)
+	cfg.ResumeReady = true
+	m, _ := newImages(t, cfg)
+	killAllOnCleanup(t, m)
+	ctx := context.Background()
+	rt := runtimes(cfg.Config)["runsc"]
+	ready := func(id sandbox.ID) oci.State {
+		t.Helper()
+		for range 600 {
+			if st, err := rt.State(ctx, id.String()); err == nil && st.Status == oci.StatusCreated {
+				return st
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("no created container for paused sandbox %s", id)
+		return oci.State{}
+	}
+
+	e := create(t, m, sandbox.CreateOptions{Runtime: "runsc"})
+	want := startHolder(t, e, 64)
+	if _, err := m.Pause(ctx, e.SB.ID); err != nil {
+		t.Fatalf("pause: %v", err)
+	}
+	st := ready(e.SB.ID)
+	var pss []string
+	for _, pid := range append([]int{st.Pid}, st.HelperPids...) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if strings.HasPrefix(line, "Pss:") {
+				pss = append(pss, fmt.Sprintf("pid %d %s", pid, strings.Join(strings.Fields(line)[1:], " ")))
+			}
+		}
+	}
+	t.Logf("a ready paused sandbox holds: %s", strings.Join(pss, ", "))
+	t0 := time.Now()
+	sb, err := m.Resume(ctx, e.SB.ID)
+	if err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	t.Logf("resume into the created container: %v", time.Since(t0))
+	e = boxOf(t, m, sb)
+	if got, _ := askHolder(t, e, "sum"); got != want {
+		t.Errorf("memory after resume hashes to %s, before the pause %s", got, want)
+	}
+	if sum, first := askHolder(t, e, "mark 7"); first != 7 || sum == want {
+		t.Errorf("the resumed holder cannot write its memory: %s %d", sum, first)
+	}
+
+	// Paused again (ready again), then killed.
+	if _, err := m.Pause(ctx, e.SB.ID); err != nil {
+		t.Fatalf("second pause: %v", err)
+	}
+	st = ready(e.SB.ID)
+	if err := m.Kill(ctx, e.SB.ID); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	assertNothingLeft(t, cfg, e.SB.ID, st.Pid)
 }

@@ -112,7 +112,7 @@ func (im *Images) Snapshot(ctx context.Context, id ID, name string) (_ Snapshot,
 			}
 		}
 	}()
-	src, err := im.capture(ctx, b, dir, "snapshotted")
+	src, _, err := im.capture(ctx, b, dir, "snapshotted", nil)
 	if errors.Is(err, errdefs.ErrResourceExhausted) {
 		return Snapshot{}, fmt.Errorf("the server's disk is full: %w", err)
 	}

@@ -188,7 +188,7 @@ func (im *Images) BuildWarmTemplate(ctx context.Context, tmpl *template.Template
 	}
 	defer os.RemoveAll(work) // gone once published
 	c := &template.Checkpoint{Key: key, Limits: template.Limits(limits), Dir: work}
-	if _, err := im.capture(ctx, b, work, "warmed"); err != nil { // c.Image() and c.Disk() in work
+	if _, _, err := im.capture(ctx, b, work, "warmed", nil); err != nil { // c.Image() and c.Disk() in work
 		return nil, err
 	}
 	c.Runtime, c.Agent = im.warmEnv()[0], im.agentBuild
