@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -58,6 +59,13 @@ type Liveness struct {
 	// Misses is how many unanswered pings in a row fail the sandbox
 	// (KILN_AGENT_PING_MISSES, default 5).
 	Misses int
+	// MaxRate bounds the pings per second of all sandboxes together
+	// (KILN_AGENT_PING_MAX_RATE, default 100; 0: no bound): with more than
+	// MaxRate × Interval running, each is pinged less often, so that
+	// idle sandboxes' pings (each wakes a sandbox's agent and its
+	// Sentry) cost the host about the same at any count (a fixed share
+	// of a core), and an unresponsive agent is found later.
+	MaxRate float64
 }
 
 // Network configures sandbox networking (internal/network, docs/networking.md).
@@ -181,7 +189,7 @@ func Default() Config {
 			DefaultMaxSandboxes: 100, DefaultMaxMemoryBytes: 64 * GiB,
 			ShutdownGrace: 10 * time.Second,
 		},
-		Liveness: Liveness{Interval: 2 * time.Second, Misses: 5},
+		Liveness: Liveness{Interval: 2 * time.Second, Misses: 5, MaxRate: 100},
 		Cluster:  defaultCluster(),
 	}
 }
@@ -288,6 +296,13 @@ func FromEnv() Config {
 		}
 		c.Liveness.Misses = n
 	}
+	if v := os.Getenv("KILN_AGENT_PING_MAX_RATE"); v != "" {
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			n = -1
+		}
+		c.Liveness.MaxRate = n
+	}
 	c.Server.Pools, c.Server.poolsErr = ParsePools(os.Getenv("KILN_POOL"))
 	c.Server.PoolBursts, c.Server.poolBurstsErr = ParsePools(os.Getenv("KILN_POOL_BURST"))
 	if v := os.Getenv("KILN_SHUTDOWN_GRACE"); v != "" {
@@ -341,6 +356,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Liveness.Interval < 0 || (c.Liveness.Interval > 0 && c.Liveness.Interval < 100*time.Millisecond) {
 		errs = append(errs, errors.New("agent ping interval (KILN_AGENT_PING_INTERVAL) must be a duration of at least 100ms, or 0 for no ping"))
+	}
+	if !(c.Liveness.MaxRate >= 0) || math.IsInf(c.Liveness.MaxRate, 0) {
+		errs = append(errs, errors.New("agent ping max rate (KILN_AGENT_PING_MAX_RATE) must be a number of pings per second, or 0 for no bound"))
 	}
 	if c.Liveness.Misses < 1 {
 		errs = append(errs, errors.New("agent ping misses (KILN_AGENT_PING_MISSES) must be a positive number"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kiln-sh/kiln/internal/agentapi/channel"
@@ -29,7 +30,8 @@ const (
 )
 
 // liveness pings the agent of a running sandbox every interval on session
-// conn (config.Liveness). A sandbox whose agent leaves Misses pings in a
+// conn (config.Liveness), or less often when so many sandboxes run that
+// their pings together would pass the max rate (pingEvery). A sandbox whose agent leaves Misses pings in a
 // row unanswered, each within interval, while the sandbox is idle (or for
 // starvedLimit while it is busy) is failed ("agent unresponsive")
 // and destroyed as one whose channel ended is (see watch): an agent
@@ -48,7 +50,10 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 	if interval <= 0 || misses <= 0 {
 		return
 	}
-	tick := time.NewTicker(interval)
+	m.pingers.Add(1)
+	defer m.pingers.Add(-1)
+	every := pingEvery(interval, m.pingers.Load(), m.cfg.Liveness.MaxRate)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	var inflight chan error // the unanswered ping, if any
 	missed := 0
@@ -61,6 +66,10 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 		case <-m.done:
 			return
 		case <-tick.C:
+		}
+		if e := pingEvery(interval, m.pingers.Load(), m.cfg.Liveness.MaxRate); e != every {
+			every = e
+			tick.Reset(every)
 		}
 		b.mu.Lock()
 		if b.conn != conn {
@@ -104,6 +113,18 @@ func (m *Manager) liveness(b *box, conn *channel.Conn) {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// pingEvery is how often each of n pinged sandboxes is pinged: every
+// interval, or less often when n sandboxes pinged that often would send
+// more than maxRate pings a second together (maxRate 0: no bound). Each
+// ping's deadline stays interval: a slower round trip is a miss whatever
+// the count.
+func pingEvery(interval time.Duration, n int64, maxRate float64) time.Duration {
+	if maxRate <= 0 || n <= 0 {
+		return interval
+	}
+	return max(interval, time.Duration(math.Ceil(float64(n)*float64(time.Second)/maxRate)))
 }
 
 // ended reports whether conn's session is over (then watch handles it).

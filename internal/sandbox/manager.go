@@ -109,6 +109,9 @@ type Manager struct {
 	// refusing, once set, is why Create refuses new sandboxes (Drain).
 	refusing atomic.Pointer[string]
 
+	// pingers counts the sandboxes whose agents are pinged (liveness).
+	pingers atomic.Int64
+
 	// specCaps, set by tests, replaces the capability set of new
 	// sandboxes (to make images as an older Kiln did).
 	specCaps []string
