@@ -75,13 +75,13 @@ func StartCluster(t testing.TB, kiln string, o ClusterOptions) *Cluster {
 	tok := make([]byte, 24)
 	_, _ = rand.Read(tok)
 	c := &Cluster{Token: hex.EncodeToString(tok)}
-	var procs []*proc
+	var procs []*Proc
 	t.Cleanup(func() {
 		if len(c.Fronts) > 0 {
 			c.Fronts[0].killAlive(t)
 		}
 		for _, p := range procs {
-			p.stop(t)
+			p.Stop(t)
 		}
 	})
 	env := func(name, role string, more ...string) []string {
@@ -98,11 +98,11 @@ func StartCluster(t testing.TB, kiln string, o ClusterOptions) *Cluster {
 	c.Domain = "localhost:" + port
 	for i, addr := range frontAddrs {
 		name := fmt.Sprintf("front-%d", i+1)
-		p := startProc(t, kiln, name, DataDir(t), addr, env(name, config.RoleFront, "KILN_DOMAIN="+c.Domain))
+		p := StartProc(t, kiln, name, DataDir(t), addr, env(name, config.RoleFront, "KILN_DOMAIN="+c.Domain))
 		procs = append(procs, p)
 		if i == 0 { // the others after it: it makes the admin key
-			p.ready(t, "")
-			c.Fronts = append(c.Fronts, &Server{URL: p.URL, Key: p.adminKey(t)})
+			p.Ready(t, "")
+			c.Fronts = append(c.Fronts, &Server{URL: p.URL, Key: p.AdminKey(t)})
 		} else {
 			c.Fronts = append(c.Fronts, &Server{URL: p.URL, Key: c.Fronts[0].Key})
 		}
@@ -115,13 +115,13 @@ func StartCluster(t testing.TB, kiln string, o ClusterOptions) *Cluster {
 			n.World = nettest.NewStandard(t)
 			more = append(more[:1], n.World.ServeEnv()...)
 		}
-		p := startProc(t, kiln, n.Name, DataDir(t), FreeAddr(t), env(n.Name, config.RoleNode, more...))
+		p := StartProc(t, kiln, n.Name, DataDir(t), FreeAddr(t), env(n.Name, config.RoleNode, more...))
 		procs = append(procs, p)
 		n.URL = p.URL
 		c.Nodes, names = append(c.Nodes, n), append(names, n.Name)
 	}
 	for _, p := range procs[1:] {
-		p.ready(t, c.Token)
+		p.Ready(t, c.Token)
 	}
 	for _, f := range c.Fronts {
 		f.Client = client.New(f.URL, f.Key)

@@ -157,7 +157,7 @@ func StartWith(t testing.TB, kiln string, o Options) *Server {
 		env = append(env, "KILN_TLS_CERT="+s.CAFile, "KILN_TLS_KEY="+keyFile)
 		s.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	}
-	p := startProc(t, kiln, "kiln serve", DataDir(t), FreeAddr(t), append(env, o.Env...))
+	p := StartProc(t, kiln, "kiln serve", DataDir(t), FreeAddr(t), append(env, o.Env...))
 	if o.TLS {
 		p.URL = "https://" + strings.TrimPrefix(p.URL, "http://")
 		p.hc = s.HTTP
@@ -165,10 +165,10 @@ func StartWith(t testing.TB, kiln string, o Options) *Server {
 	s.URL = p.URL
 	t.Cleanup(func() {
 		s.killAlive(t)
-		p.stop(t)
+		p.Stop(t)
 	})
-	p.ready(t, "")
-	s.Key = p.adminKey(t)
+	p.Ready(t, "")
+	s.Key = p.AdminKey(t)
 	s.Client = client.New(s.URL, s.Key, client.WithHTTPClient(s.HTTP))
 	return s
 }
@@ -226,51 +226,51 @@ func (s *Server) killAlive(t testing.TB) {
 	}
 }
 
-// proc is one running kiln serve.
-type proc struct {
-	name, URL string
-	hc        *http.Client // nil: http.DefaultClient
-	cmd       *exec.Cmd
-	log       string
+// Proc is one running kiln serve.
+type Proc struct {
+	Name, URL string
+	Cmd       *exec.Cmd
+	Log       string        // its stderr, the server's log
+	Exited    chan struct{} // closed once it exited
+	Key       chan string   // the admin key, if it printed one
+	hc        *http.Client  // nil: http.DefaultClient
 	logf      *os.File
-	exited    chan struct{}
-	key       chan string // the admin key, if it printed one
 }
 
-// startProc starts kiln serve on addr with dataDir and env added to this
+// StartProc starts kiln serve on addr with dataDir and env added to this
 // process's environment; name names it in failures.
-func startProc(t testing.TB, kiln, name, dataDir, addr string, env []string) *proc {
+func StartProc(t testing.TB, kiln, name, dataDir, addr string, env []string) *Proc {
 	t.Helper()
-	p := &proc{name: name, URL: "http://" + addr, log: filepath.Join(t.TempDir(), "serve.log"),
-		exited: make(chan struct{}), key: make(chan string, 1)}
-	p.cmd = exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
-	p.cmd.Env = append(os.Environ(), env...)
-	stdout, err := p.cmd.StdoutPipe()
+	p := &Proc{Name: name, URL: "http://" + addr, Log: filepath.Join(t.TempDir(), "serve.log"),
+		Exited: make(chan struct{}), Key: make(chan string, 1)}
+	p.Cmd = exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	p.Cmd.Env = append(os.Environ(), env...)
+	stdout, err := p.Cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.logf, err = os.Create(p.log); err != nil {
+	if p.logf, err = os.Create(p.Log); err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stderr = p.logf
-	if err := p.cmd.Start(); err != nil {
+	p.Cmd.Stderr = p.logf
+	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				p.key <- m[1]
+				p.Key <- m[1]
 			}
 		}
-		_ = p.cmd.Wait()
-		close(p.exited)
+		_ = p.Cmd.Wait()
+		close(p.Exited)
 	}()
 	return p
 }
 
-// ready waits until p answers /healthz (with token, if a cluster node's).
-func (p *proc) ready(t testing.TB, token string) {
+// Ready waits until p answers /healthz (with token, if a cluster node's).
+func (p *Proc) Ready(t testing.TB, token string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -290,44 +290,44 @@ func (p *proc) ready(t testing.TB, token string) {
 			}
 		}
 		select {
-		case <-p.exited:
-			logs, _ := os.ReadFile(p.log)
-			t.Fatalf("%s exited:\n%s", p.name, logs)
+		case <-p.Exited:
+			logs, _ := os.ReadFile(p.Log)
+			t.Fatalf("%s exited:\n%s", p.Name, logs)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(p.log)
-			t.Fatalf("%s did not come up: %v\n%s", p.name, err, logs)
+			logs, _ := os.ReadFile(p.Log)
+			t.Fatalf("%s did not come up: %v\n%s", p.Name, err, logs)
 		}
 	}
 }
 
-// adminKey is the admin key p printed on its first start.
-func (p *proc) adminKey(t testing.TB) string {
+// AdminKey is the admin key p printed on its first start.
+func (p *Proc) AdminKey(t testing.TB) string {
 	t.Helper()
 	select {
-	case k := <-p.key:
+	case k := <-p.Key:
 		return k
 	case <-time.After(10 * time.Second):
-		t.Fatalf("%s printed no admin key", p.name)
+		t.Fatalf("%s printed no admin key", p.Name)
 		return ""
 	}
 }
 
-// stop stops p (SIGTERM, then SIGKILL after 20 s) and logs its warnings
+// Stop stops p (SIGTERM, then SIGKILL after 20 s) and logs its warnings
 // and errors if t failed.
-func (p *proc) stop(t testing.TB) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+func (p *Proc) Stop(t testing.TB) {
+	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = p.Cmd.Process.Kill()
+		<-p.Exited
 	}
 	p.logf.Close()
 	if t.Failed() {
-		logs, _ := os.ReadFile(p.log)
-		t.Logf("%s log (warnings and errors):\n%s", p.name, GrepErrors(logs))
+		logs, _ := os.ReadFile(p.Log)
+		t.Logf("%s log (warnings and errors):\n%s", p.Name, GrepErrors(logs))
 	}
 }
 

@@ -70,18 +70,18 @@ func BenchmarkCluster(b *testing.B) {
 	b.Logf("cluster and all-in-one servers up in %v; load average %s", time.Since(began).Round(time.Millisecond), loadavg())
 
 	ctx := context.Background()
-	fronts := []*client.Client{client.New(front1.url, w.key), client.New(front2.url, w.key)}
+	fronts := []*client.Client{client.New(front1.URL, w.key), client.New(front2.URL, w.key)}
 	alone := map[string][]*client.Client{}
 	for _, p := range []*proc{allSQLite, allPG} {
 		select {
-		case k := <-p.key:
-			c := client.New(p.url, k)
-			alone[p.name] = []*client.Client{c}
+		case k := <-p.Key:
+			c := client.New(p.URL, k)
+			alone[p.Name] = []*client.Client{c}
 			// An all-in-one server's sandboxes are not in the catalog:
 			// kill what a failed round left before the world stops it.
 			b.Cleanup(func() { killAll(b, c) })
 		case <-time.After(10 * time.Second):
-			b.Fatalf("%s printed no admin key", p.name)
+			b.Fatalf("%s printed no admin key", p.Name)
 		}
 	}
 	targets := []struct {
@@ -139,13 +139,13 @@ func BenchmarkCluster(b *testing.B) {
 	}
 
 	direct := func(p *proc) *client.Client {
-		return client.New(p.url, w.key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+		return client.New(p.URL, w.key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
 	}
 	// nodeClient is a client straight to the node that runs id.
 	nodeClient := func(id string) *client.Client {
 		name := w.nodeOf(id)
 		for _, p := range nodes {
-			if p.name == name {
+			if p.Name == name {
 				return direct(p)
 			}
 		}
@@ -179,18 +179,18 @@ func BenchmarkCluster(b *testing.B) {
 	}))
 
 	b.Run("proxy/e2b-run_code", func(b *testing.B) {
-		sb := e2bCreate(ctx, b, front1.url, w.key, "code-interpreter")
+		sb := e2bCreate(ctx, b, front1.URL, w.key, "code-interpreter")
 		defer fronts[0].KillSandbox(ctx, sb.SandboxID)
 		var node *proc
 		for _, p := range nodes {
-			if p.name == w.nodeOf(sb.SandboxID) {
+			if p.Name == w.nodeOf(sb.SandboxID) {
 				node = p
 			}
 		}
 		call := func(base, token string) func() error {
 			return func() error { return e2bExecute(ctx, base, token, sb, "1+1") }
 		}
-		interleave(b, "E2B run_code `1+1` (/execute, by E2b-Sandbox-Id)", 100, call(node.url, w.token), call(front1.url, ""))
+		interleave(b, "E2B run_code `1+1` (/execute, by E2b-Sandbox-Id)", 100, call(node.URL, w.token), call(front1.URL, ""))
 	})
 	b.Logf("BenchmarkCluster took %v", time.Since(began).Round(time.Millisecond))
 }
@@ -389,7 +389,7 @@ func (w *world) logErrors(t testing.TB, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range w.procs {
-		logs, _ := os.ReadFile(p.log)
+		logs, _ := os.ReadFile(p.Log)
 		var lines []string
 		for l := range strings.Lines(servetest.GrepErrors(logs)) {
 			if strings.Contains(l, `"level":"ERROR"`) && len(lines) < n {
@@ -397,7 +397,7 @@ func (w *world) logErrors(t testing.TB, n int) {
 			}
 		}
 		if len(lines) > 0 {
-			t.Logf("%s: errors:\n%s", p.name, strings.Join(lines, ""))
+			t.Logf("%s: errors:\n%s", p.Name, strings.Join(lines, ""))
 		}
 	}
 }

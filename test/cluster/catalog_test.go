@@ -42,7 +42,7 @@ func TestCatalogRestart(t *testing.T) {
 		w.ready(p)
 	}
 	w.waitLive("node-a", "node-b")
-	f := client.New(front.url, w.key)
+	f := client.New(front.URL, w.key)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var old []string
@@ -145,7 +145,7 @@ func TestCatalogRestart(t *testing.T) {
 			if hdr[0] != "X-API-Key" {
 				path = "/health"
 			}
-			req, _ := http.NewRequestWithContext(ctx, "GET", front.url+path, nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", front.URL+path, nil)
 			req.Header.Set(hdr[0], hdr[1])
 			req.Header.Set("E2b-Sandbox-Port", "49983")
 			resp, err := http.DefaultClient.Do(req)
@@ -167,9 +167,9 @@ func TestCatalogRestart(t *testing.T) {
 		see("a command", err, true)
 		for _, p := range append([]*proc{front}, nodes...) {
 			select {
-			case <-p.exited:
-				logs, _ := os.ReadFile(p.log)
-				t.Fatalf("%s died while the catalog was down:\n%s", p.name, logs)
+			case <-p.Exited:
+				logs, _ := os.ReadFile(p.Log)
+				t.Fatalf("%s died while the catalog was down:\n%s", p.Name, logs)
 			default:
 			}
 		}
@@ -224,15 +224,15 @@ func TestCatalogRestart(t *testing.T) {
 	t.Logf("creates in flight across the outage: %d succeeded, %d failed", ok, failed)
 	for _, p := range append([]*proc{front}, nodes...) {
 		// Every process sweeps; each saw the outage and resumed.
-		logs, _ := os.ReadFile(p.log)
+		logs, _ := os.ReadFile(p.Log)
 		if !strings.Contains(string(logs), "sweeping resumes") {
-			t.Errorf("%s's log does not say its sweeps resumed after the outage", p.name)
+			t.Errorf("%s's log does not say its sweeps resumed after the outage", p.Name)
 		}
 		if p == front {
 			continue
 		}
 		t.Logf("%s: %d creates unwound while their record could not be deleted, %d such records deleted once the catalog was back, heartbeats resumed %d times",
-			p.name, strings.Count(string(logs), "deleting the record of a failed create once it is back"),
+			p.Name, strings.Count(string(logs), "deleting the record of a failed create once it is back"),
 			strings.Count(string(logs), "deleted the record of a failed create"), strings.Count(string(logs), "heartbeat written again"))
 	}
 
@@ -277,7 +277,7 @@ func (w *world) reconcile(ctx context.Context, nodes []*proc, made []string) str
 	var diffs []string
 	var active []string
 	for _, p := range nodes {
-		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.name, States: []sandbox.State{
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.Name, States: []sandbox.State{
 			sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused, sandbox.StateStopping}, Limit: 1000})
 		if err != nil {
 			return "listing the catalog: " + err.Error()
@@ -290,7 +290,7 @@ func (w *world) reconcile(ctx context.Context, nodes []*proc, made []string) str
 		dirs, containers := w.sandboxesOn(p)
 		slices.Sort(ids)
 		if !slices.Equal(dirs, ids) || !slices.Equal(containers, ids) {
-			diffs = append(diffs, p.name+": records "+strings.Join(ids, ",")+"; dirs "+strings.Join(dirs, ",")+
+			diffs = append(diffs, p.Name+": records "+strings.Join(ids, ",")+"; dirs "+strings.Join(dirs, ",")+
 				"; running containers "+strings.Join(containers, ","))
 		}
 	}
@@ -307,7 +307,7 @@ func (w *world) reconcile(ctx context.Context, nodes []*proc, made []string) str
 // containers running from them.
 func (w *world) sandboxesOn(p *proc) (dirs, running []string) {
 	w.t.Helper()
-	root := filepath.Join(p.dataDir(), "sandboxes")
+	root := filepath.Join(dataDirOf(p), "sandboxes")
 	entries, err := os.ReadDir(root)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		w.t.Fatal(err)

@@ -50,7 +50,7 @@ func TestCluster(t *testing.T) {
 	}
 	w.waitLive("node-a", "node-b", "node-c")
 	t.Logf("cluster up at %v", time.Since(began).Round(time.Millisecond))
-	fronts := []*client.Client{client.New(front1.url, key), client.New(front2.url, key)}
+	fronts := []*client.Client{client.New(front1.URL, key), client.New(front2.URL, key)}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -72,7 +72,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("a front serves its metrics and the cluster's", func(t *testing.T) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", front2.url+"/metrics", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", front2.URL+"/metrics", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -90,7 +90,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("node port refuses requests without the token", func(t *testing.T) {
 		for _, tok := range []string{"", "wrong-token-wrong-token-wrong-token"} {
-			req, _ := http.NewRequest("GET", nodes[0].url+"/v1/sandboxes", nil)
+			req, _ := http.NewRequest("GET", nodes[0].URL+"/v1/sandboxes", nil)
 			req.Header.Set("Authorization", "Bearer "+key)
 			if tok != "" {
 				req.Header.Set(cluster.TokenHeader, tok)
@@ -212,7 +212,7 @@ func TestCluster(t *testing.T) {
 		// One sandbox per node, through the front that did not create it.
 		for _, name := range []string{"node-a", "node-b", "node-c"} {
 			id := spread[name][0]
-			f, url := fronts[1], front2.url
+			f, url := fronts[1], front2.URL
 			pid, err := f.Start(ctx, id, api.CommandRequest{Cmd: "cat", Stdin: true, PTY: &api.PTYSize{Cols: 80, Rows: 24}})
 			if err != nil {
 				t.Fatalf("%s: starting a PTY command: %v", name, err)
@@ -288,7 +288,7 @@ func TestCluster(t *testing.T) {
 		// Three creates through front-1: placed like native ones.
 		var made []e2bSandbox
 		for range 3 {
-			st, b := call("POST", front1.url+"/v2/sandboxes", `{"templateID":"base","timeout":300}`, "X-API-Key", key)
+			st, b := call("POST", front1.URL+"/v2/sandboxes", `{"templateID":"base","timeout":300}`, "X-API-Key", key)
 			var sb e2bSandbox
 			if st != http.StatusCreated || json.Unmarshal(b, &sb) != nil || sb.SandboxID == "" {
 				t.Fatalf("E2B create through front-1: %d %s", st, b)
@@ -298,10 +298,10 @@ func TestCluster(t *testing.T) {
 		for _, sb := range made {
 			id, node := sb.SandboxID, w.nodeOf(sb.SandboxID)
 			// Control plane through the other front, whatever the node.
-			if st, b := call("POST", front2.url+"/sandboxes/"+id+"/timeout", `{"timeout":600}`, "X-API-Key", key); st != http.StatusNoContent {
+			if st, b := call("POST", front2.URL+"/sandboxes/"+id+"/timeout", `{"timeout":600}`, "X-API-Key", key); st != http.StatusNoContent {
 				t.Errorf("E2B set timeout of %s (on %s) through front-2: %d %s", id, node, st, b)
 			}
-			if st, b := call("GET", front2.url+"/sandboxes/"+id, "", "X-API-Key", key); st != http.StatusOK || !strings.Contains(string(b), id) {
+			if st, b := call("GET", front2.URL+"/sandboxes/"+id, "", "X-API-Key", key); st != http.StatusOK || !strings.Contains(string(b), id) {
 				t.Errorf("E2B get of %s (on %s) through front-2: %d %s", id, node, st, b)
 			}
 			// Data plane: envd's /files by routing headers and by host.
@@ -313,16 +313,16 @@ func TestCluster(t *testing.T) {
 				{"Host", "49983-" + id + ".cluster.test"},
 			} {
 				hdr := append([]string{"X-Access-Token", sb.EnvdAccessToken}, route...)
-				st, b := call("GET", front2.url+"/files?path=/tmp/e2b.txt&username=user", "", hdr...)
+				st, b := call("GET", front2.URL+"/files?path=/tmp/e2b.txt&username=user", "", hdr...)
 				if st != http.StatusOK || string(b) != "via envd "+id {
 					t.Errorf("envd /files of %s (on %s) through front-2 routed by %s: %d %q", id, node, route[0], st, b)
 				}
 			}
 		}
-		if st, b := call("GET", front2.url+"/health", "", "E2b-Sandbox-Id", "nosuchsandbox1", "E2b-Sandbox-Port", "49983"); st != http.StatusBadGateway {
+		if st, b := call("GET", front2.URL+"/health", "", "E2b-Sandbox-Id", "nosuchsandbox1", "E2b-Sandbox-Port", "49983"); st != http.StatusBadGateway {
 			t.Errorf("data plane of an unknown sandbox: %d %s, want 502", st, b)
 		}
-		st, b := call("GET", front2.url+"/v2/sandboxes", "", "X-API-Key", key)
+		st, b := call("GET", front2.URL+"/v2/sandboxes", "", "X-API-Key", key)
 		for _, sb := range made {
 			if st != http.StatusOK || !strings.Contains(string(b), sb.SandboxID) {
 				t.Errorf("E2B list through front-2 lacks %s: %d %s", sb.SandboxID, st, b)
@@ -330,10 +330,10 @@ func TestCluster(t *testing.T) {
 		}
 		for i, sb := range made {
 			f := []*proc{front1, front2}[i%2]
-			if st, b := call("DELETE", f.url+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNoContent {
-				t.Errorf("E2B kill of %s through %s: %d %s", sb.SandboxID, f.name, st, b)
+			if st, b := call("DELETE", f.URL+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNoContent {
+				t.Errorf("E2B kill of %s through %s: %d %s", sb.SandboxID, f.Name, st, b)
 			}
-			if st, _ := call("GET", front2.url+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNotFound {
+			if st, _ := call("GET", front2.URL+"/sandboxes/"+sb.SandboxID, "", "X-API-Key", key); st != http.StatusNotFound {
 				t.Errorf("E2B get of killed sandbox %s: %d, want 404", sb.SandboxID, st)
 			}
 		}
@@ -341,7 +341,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("the proxy's cost per command", func(t *testing.T) {
 		id := spread["node-c"][0]
-		direct := client.New(nodes[2].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+		direct := client.New(nodes[2].URL, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
 		one := func(c *client.Client) time.Duration {
 			start := time.Now()
 			if _, err := c.Output(ctx, id, api.CommandRequest{Args: []string{"true"}}); err != nil {
@@ -366,7 +366,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("one request id for the front and the node", func(t *testing.T) {
 		id := spread["node-b"][0]
-		req, _ := http.NewRequestWithContext(ctx, "GET", front1.url+"/v1/sandboxes/"+id+"/files?path=/no/such/file", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", front1.URL+"/v1/sandboxes/"+id+"/files?path=/no/such/file", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -383,12 +383,12 @@ func TestCluster(t *testing.T) {
 		// out: wait for it.
 		for _, p := range []*proc{front1, nodes[1]} {
 			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				logs, _ := os.ReadFile(p.log)
+				logs, _ := os.ReadFile(p.Log)
 				if strings.Contains(string(logs), `"request_id":"`+rid[0]+`"`) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Errorf("%s's log has no line with request id %s", p.name, rid[0])
+					t.Errorf("%s's log has no line with request id %s", p.Name, rid[0])
 					break
 				}
 			}
@@ -421,7 +421,7 @@ func TestCluster(t *testing.T) {
 			{"GET", "/health", "", []string{"E2b-Sandbox-Id", "../../etc", "E2b-Sandbox-Port", "49983"}, http.StatusBadGateway},
 			{"GET", "/sandboxes/NOT-AN-ID", "", []string{"X-API-Key", key}, http.StatusNotFound},
 		} {
-			req, _ := http.NewRequestWithContext(ctx, tc.method, front1.url+tc.path, strings.NewReader(tc.body))
+			req, _ := http.NewRequestWithContext(ctx, tc.method, front1.URL+tc.path, strings.NewReader(tc.body))
 			for i := 0; i < len(tc.hdr); i += 2 {
 				req.Header.Set(tc.hdr[i], tc.hdr[i+1])
 			}
@@ -448,7 +448,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatalf("creating a key through a front: %v", err)
 		}
-		fronts := []*client.Client{client.New(front1.url, k.Secret), client.New(front2.url, k.Secret)}
+		fronts := []*client.Client{client.New(front1.URL, k.Secret), client.New(front2.URL, k.Secret)}
 		vol, err := fronts[0].CreateVolume(ctx, "cluster-data", 32<<20)
 		if err != nil {
 			t.Fatalf("creating a volume through a front: %v", err)
@@ -498,7 +498,7 @@ func TestCluster(t *testing.T) {
 		deleted = true
 		dataDir := map[string]string{}
 		for _, p := range nodes {
-			dataDir[p.name] = p.cmd.Args[slices.Index(p.cmd.Args, "--data-dir")+1]
+			dataDir[p.Name] = p.Cmd.Args[slices.Index(p.Cmd.Args, "--data-dir")+1]
 		}
 		if _, err := os.Stat(filepath.Join(dataDir[rec.Node], "volumes", vol.ID)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the deleted volume's files on %s: %v, want them gone", rec.Node, err)
@@ -510,7 +510,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs := []*client.Client{client.New(front1.url, k.Secret), client.New(front2.url, k.Secret)}
+		fs := []*client.Client{client.New(front1.URL, k.Secret), client.New(front2.URL, k.Secret)}
 		var (
 			wg   sync.WaitGroup
 			mu   sync.Mutex
@@ -569,16 +569,16 @@ func TestCluster(t *testing.T) {
 	// kill -9 of a node: its sandboxes are reported lost with a reason
 	// within a bounded wait; the others work; new creates avoid it.
 	victim := nodes[1]
-	lost := spread[victim.name]
+	lost := spread[victim.Name]
 	killedAt := time.Now()
 	w.kill9(victim)
-	victimDir := victim.cmd.Args[slices.Index(victim.cmd.Args, "--data-dir")+1]
+	victimDir := victim.Cmd.Args[slices.Index(victim.Cmd.Args, "--data-dir")+1]
 	restarted := false
 	t.Cleanup(func() {
 		// Its sandboxes still run: only its restart (adoption) removes
 		// them.
 		if !restarted {
-			w.ready(w.start(victim.name, config.RoleNode, victimDir))
+			w.ready(w.start(victim.Name, config.RoleNode, victimDir))
 		}
 	})
 	t.Run("a dead node not yet marked lost fails fast, naming it", func(t *testing.T) {
@@ -588,8 +588,8 @@ func TestCluster(t *testing.T) {
 		if time.Since(killedAt) > heartbeat*lostAfter {
 			t.Skip("the node was marked lost already (slow machine)")
 		}
-		if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || !strings.Contains(ce.Message, victim.name) {
-			t.Errorf("command on a sandbox of a dead node: %v; want 503 naming %s", err, victim.name)
+		if !errors.As(err, &ce) || ce.Status != http.StatusServiceUnavailable || !strings.Contains(ce.Message, victim.Name) {
+			t.Errorf("command on a sandbox of a dead node: %v; want 503 naming %s", err, victim.Name)
 		}
 		if d := time.Since(start); d > 3*time.Second {
 			t.Errorf("the dead node's request took %v, want it to fail fast", d)
@@ -601,7 +601,7 @@ func TestCluster(t *testing.T) {
 			if err != nil {
 				t.Fatalf("create while a node is dead but not yet lost: %v", err)
 			}
-			if n := w.nodeOf(sb.ID); n == victim.name {
+			if n := w.nodeOf(sb.ID); n == victim.Name {
 				t.Errorf("sandbox %s placed on dead node %s", sb.ID, n)
 			}
 			ids = append(ids, sb.ID)
@@ -613,13 +613,13 @@ func TestCluster(t *testing.T) {
 			for {
 				sb, err := fronts[0].GetSandbox(ctx, id)
 				if err == nil && sb.State == "failed" {
-					if !strings.Contains(sb.Reason, "node "+victim.name+" lost") {
-						t.Errorf("lost sandbox %s has reason %q, want one naming node %s", id, sb.Reason, victim.name)
+					if !strings.Contains(sb.Reason, "node "+victim.Name+" lost") {
+						t.Errorf("lost sandbox %s has reason %q, want one naming node %s", id, sb.Reason, victim.Name)
 					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("sandbox %s of killed node %s: %+v, %v; want failed (lost) by now", id, victim.name, sb, err)
+					t.Fatalf("sandbox %s of killed node %s: %+v, %v; want failed (lost) by now", id, victim.Name, sb, err)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -630,7 +630,7 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range ns {
-			if n.Name == victim.name && (n.State != "lost" || !strings.Contains(n.Reason, "no heartbeat")) {
+			if n.Name == victim.Name && (n.State != "lost" || !strings.Contains(n.Reason, "no heartbeat")) {
 				t.Errorf("GET /v1/nodes shows the killed node as %+v, want lost with a reason", n)
 			}
 		}
@@ -645,19 +645,19 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("the other nodes' sandboxes still work", func(t *testing.T) {
 		for _, n := range []*proc{nodes[0], nodes[2]} {
-			id := spread[n.name][0]
+			id := spread[n.Name][0]
 			if err := use(fronts[1], id, false); err != nil {
-				t.Errorf("sandbox %s on %s: %v", id, n.name, err)
+				t.Errorf("sandbox %s on %s: %v", id, n.Name, err)
 			}
 			if sb, err := fronts[0].GetSandbox(ctx, id); err != nil || sb.State != "running" {
-				t.Errorf("sandbox %s on live node %s: %+v, %v; want running", id, n.name, sb, err)
+				t.Errorf("sandbox %s on live node %s: %+v, %v; want running", id, n.Name, sb, err)
 			}
 		}
 	})
 	t.Run("new creates go to the surviving nodes", func(t *testing.T) {
 		more := create(4)
 		for _, id := range more {
-			if n := w.nodeOf(id); n == victim.name {
+			if n := w.nodeOf(id); n == victim.Name {
 				t.Errorf("sandbox %s placed on lost node %s", id, n)
 			}
 		}
@@ -680,9 +680,9 @@ func TestCluster(t *testing.T) {
 			t.Errorf("front-2 lists %d running sandboxes, want %d", alive, want)
 		}
 		for _, n := range []*proc{nodes[0], nodes[2]} {
-			id := spread[n.name][len(spread[n.name])-1]
+			id := spread[n.Name][len(spread[n.Name])-1]
 			if err := use(fronts[1], id, false); err != nil {
-				t.Errorf("sandbox %s on %s through front-2: %v", id, n.name, err)
+				t.Errorf("sandbox %s on %s through front-2: %v", id, n.Name, err)
 			}
 		}
 		sb, err := fronts[1].CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc"})
@@ -699,10 +699,10 @@ func TestCluster(t *testing.T) {
 	// sandboxes the catalog declared lost are cleaned up, not revived.
 	t.Run("a lost node restarted cleans up its lost sandboxes", func(t *testing.T) {
 		dataDir := victimDir
-		back := w.start(victim.name, config.RoleNode, dataDir)
+		back := w.start(victim.Name, config.RoleNode, dataDir)
 		restarted = true
 		w.ready(back)
-		w.waitLive(victim.name)
+		w.waitLive(victim.Name)
 		for _, id := range lost {
 			if _, err := os.Stat(filepath.Join(dataDir, "sandboxes", id)); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("lost sandbox %s's dir after its node restarted: %v, want it removed", id, err)
@@ -718,18 +718,18 @@ func TestCluster(t *testing.T) {
 	// sandboxes the catalog failed, keeping their lost reason.
 	t.Run("a frozen node that comes back ends its lost sandboxes", func(t *testing.T) {
 		frozen := nodes[2]
-		frozenDir := frozen.cmd.Args[slices.Index(frozen.cmd.Args, "--data-dir")+1]
-		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: frozen.name, States: []sandbox.State{sandbox.StateRunning}})
+		frozenDir := frozen.Cmd.Args[slices.Index(frozen.Cmd.Args, "--data-dir")+1]
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: frozen.Name, States: []sandbox.State{sandbox.StateRunning}})
 		if err != nil || len(recs) == 0 {
-			t.Fatalf("running sandboxes of %s: %v, %v", frozen.name, recs, err)
+			t.Fatalf("running sandboxes of %s: %v, %v", frozen.Name, recs, err)
 		}
-		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := frozen.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		stopped := true
 		defer func() {
 			if stopped {
-				_ = frozen.cmd.Process.Signal(syscall.SIGCONT)
+				_ = frozen.Cmd.Process.Signal(syscall.SIGCONT)
 			}
 		}()
 		deadline := time.Now().Add(heartbeat*lostAfter + 10*time.Second)
@@ -740,27 +740,27 @@ func TestCluster(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("sandbox %s of frozen node %s: %+v, %v; want failed (lost) by now", rec.ID, frozen.name, sb, err)
+					t.Fatalf("sandbox %s of frozen node %s: %+v, %v; want failed (lost) by now", rec.ID, frozen.Name, sb, err)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
 		}
-		_ = frozen.cmd.Process.Signal(syscall.SIGCONT)
+		_ = frozen.Cmd.Process.Signal(syscall.SIGCONT)
 		stopped = false
-		w.waitLive(frozen.name)
+		w.waitLive(frozen.Name)
 		deadline = time.Now().Add(15 * time.Second)
 		for _, rec := range recs {
 			for {
 				_, statErr := os.Stat(filepath.Join(frozenDir, "sandboxes", rec.ID.String()))
 				sb, err := w.catalog.GetSandbox(ctx, rec.ID)
 				if errors.Is(statErr, os.ErrNotExist) && err == nil && sb.State == sandbox.StateFailed {
-					if !strings.Contains(sb.Reason, "node "+frozen.name+" lost") {
+					if !strings.Contains(sb.Reason, "node "+frozen.Name+" lost") {
 						t.Errorf("sandbox %s ended by its revived node with reason %q, want the lost reason", rec.ID, sb.Reason)
 					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("sandbox %s of revived node %s: dir %v, record %+v, %v; want it removed and failed", rec.ID, frozen.name, statErr, sb, err)
+					t.Fatalf("sandbox %s of revived node %s: dir %v, record %+v, %v; want it removed and failed", rec.ID, frozen.Name, statErr, sb, err)
 				}
 				time.Sleep(100 * time.Millisecond)
 			}

@@ -27,7 +27,7 @@ func TestDrain(t *testing.T) {
 	nodeA := w.start("node-a", config.RoleNode, "", "KILN_DRAIN_TIMEOUT="+timeout.String())
 	w.ready(nodeA)
 	w.waitLive("node-a")
-	f := client.New(front.url, w.key)
+	f := client.New(front.URL, w.key)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	sb, err := f.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runc", Timeout: 600})
@@ -40,7 +40,7 @@ func TestDrain(t *testing.T) {
 	t.Logf("cluster up at %v", time.Since(began).Round(time.Millisecond))
 
 	termAt := time.Now()
-	if err := nodeA.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := nodeA.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
@@ -70,7 +70,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("a command on node-a's sandbox while it drains: %+v, %v", out, err)
 	}
 	select {
-	case <-nodeA.exited:
+	case <-nodeA.Exited:
 		t.Fatalf("node-a exited with a sandbox left, %v after SIGTERM (drain timeout %v)", time.Since(termAt), timeout)
 	default:
 	}
@@ -86,17 +86,17 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("killing node-a's sandbox: %v", err)
 	}
 	select {
-	case <-nodeA.exited:
+	case <-nodeA.Exited:
 	case <-time.After(timeout):
 		t.Fatalf("node-a did not exit within its drain timeout once its last sandbox ended")
 	}
 	t.Logf("node-a exited %v after its last sandbox was killed, %v after SIGTERM (drain timeout %v)",
 		time.Since(killedAt).Round(time.Millisecond), time.Since(termAt).Round(time.Millisecond), timeout)
-	if code := nodeA.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := nodeA.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("node-a exited with status %d, want 0", code)
 	}
 
-	back := w.start("node-a", config.RoleNode, nodeA.dataDir())
+	back := w.start("node-a", config.RoleNode, dataDirOf(nodeA))
 	w.ready(back)
 	w.waitLive("node-a")
 	if st := stateOf(t, f, "node-a"); st != cluster.NodeLive {
@@ -120,5 +120,5 @@ func stateOf(t *testing.T, f *client.Client, node string) string {
 	return ""
 }
 
-// dataDir is p's --data-dir.
-func (p *proc) dataDir() string { return p.cmd.Args[slices.Index(p.cmd.Args, "--data-dir")+1] }
+// dataDirOf is p's --data-dir.
+func dataDirOf(p *proc) string { return p.Cmd.Args[slices.Index(p.Cmd.Args, "--data-dir")+1] }

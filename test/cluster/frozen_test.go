@@ -31,7 +31,7 @@ func TestFrozenNode(t *testing.T) {
 	w.ready(nodeA)
 	w.ready(nodeB)
 	w.waitLive("node-a", "node-b")
-	f := client.New(front.url, w.key)
+	f := client.New(front.URL, w.key)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	on := map[string]string{} // node → a sandbox of it
@@ -71,14 +71,14 @@ func TestFrozenNode(t *testing.T) {
 		long <- err
 	}()
 
-	if err := nodeA.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := nodeA.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	frozenAt := time.Now()
 	stopped := true
 	defer func() {
 		if stopped {
-			_ = nodeA.cmd.Process.Signal(syscall.SIGCONT)
+			_ = nodeA.Cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}()
 	// unavailable checks err is a 503 naming node-a that came within the
@@ -120,7 +120,7 @@ func TestFrozenNode(t *testing.T) {
 		t.Errorf("a 6 s command on node-b through the front during the freeze: %v", err)
 	}
 
-	_ = nodeA.cmd.Process.Signal(syscall.SIGCONT)
+	_ = nodeA.Cmd.Process.Signal(syscall.SIGCONT)
 	stopped = false
 	t.Logf("node-a thawed %v after the freeze", time.Since(frozenAt).Round(time.Millisecond))
 	thawed := time.Now()

@@ -44,9 +44,9 @@ func TestMCPThroughFronts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
-	alt := &alternate{fronts: []string{front1.url, front2.url}, key: w.key}
+	alt := &alternate{fronts: []string{front1.URL, front2.URL}, key: w.key}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
-		&mcp.StreamableClientTransport{Endpoint: front1.url + "/mcp", HTTPClient: &http.Client{Transport: alt}, MaxRetries: -1}, nil)
+		&mcp.StreamableClientTransport{Endpoint: front1.URL + "/mcp", HTTPClient: &http.Client{Transport: alt}, MaxRetries: -1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestMCPThroughFronts(t *testing.T) {
 
 	// A session id that names no live node is an unknown session.
 	for _, id := range []string{"0123456789abcdef0123456789abcdef.node-z", "not-a-session"} {
-		req, _ := http.NewRequestWithContext(ctx, "POST", front2.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
+		req, _ := http.NewRequestWithContext(ctx, "POST", front2.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"tools/list"}`))
 		req.Header.Set("Authorization", "Bearer "+w.key)
 		req.Header.Set("Mcp-Session-Id", id)
 		req.Header.Set("Content-Type", "application/json")
@@ -119,7 +119,7 @@ func TestMCPThroughFronts(t *testing.T) {
 	}
 
 	// GET /v1/node through a front answers for the front itself.
-	req, _ := http.NewRequestWithContext(ctx, "GET", front2.url+"/v1/node", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", front2.URL+"/v1/node", nil)
 	req.Header.Set("Authorization", "Bearer "+w.key)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

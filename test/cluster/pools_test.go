@@ -43,7 +43,7 @@ func TestClusterPools(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	fc := client.New(front.url, w.key)
+	fc := client.New(front.URL, w.key)
 	var ids []string
 	last := time.Now()
 	for i := range 4 {
@@ -67,7 +67,7 @@ func TestClusterPools(t *testing.T) {
 	hits := 0
 	for _, p := range []*proc{a, b, c} {
 		h := poolHits(t, w, p)
-		t.Logf("%s: %d pool hits", p.name, h)
+		t.Logf("%s: %d pool hits", p.Name, h)
 		hits += h
 	}
 	if hits != len(ids) {
@@ -116,7 +116,7 @@ func waitPools(t *testing.T, w *world, since time.Time, want map[string]int) {
 // poolHits reads kiln_pool_hits_total of base from node p's metrics.
 func poolHits(t *testing.T, w *world, p *proc) int {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", p.url+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", p.URL+"/metrics", nil)
 	req.Header.Set(cluster.TokenHeader, w.token)
 	req.Header.Set("Authorization", "Bearer "+w.key)
 	resp, err := http.DefaultClient.Do(req)
@@ -125,14 +125,14 @@ func poolHits(t *testing.T, w *world, p *proc) int {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("%s /metrics: %d", p.name, resp.StatusCode)
+		t.Fatalf("%s /metrics: %d", p.Name, resp.StatusCode)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), `kiln_pool_hits_total{template="base"} `); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				t.Fatalf("%s: %q: %v", p.name, sc.Text(), err)
+				t.Fatalf("%s: %q: %v", p.Name, sc.Text(), err)
 			}
 			return int(n)
 		}

@@ -51,12 +51,12 @@ func TestSnapshotsAcrossNodes(t *testing.T) {
 	}
 	w.waitLive("node-a", "node-b", "node-c")
 	t.Logf("cluster up at %v", time.Since(began).Round(time.Millisecond))
-	fronts := []*client.Client{client.New(front1.url, key), client.New(front2.url, key)}
+	fronts := []*client.Client{client.New(front1.URL, key), client.New(front2.URL, key)}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
 	// node-c's sandbox, made on the node itself (as a front would send it).
-	direct := client.New(procs["node-c"].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+	direct := client.New(procs["node-c"].URL, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
 	local, err := direct.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runsc"})
 	if err != nil {
 		t.Fatalf("creating on node-c: %v", err)
@@ -135,7 +135,7 @@ func TestSnapshotsAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second paused sandbox on the origin, to be killed once it is lost.
-	onOrigin := client.New(procs[origin].url, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
+	onOrigin := client.New(procs[origin].URL, key, client.WithHTTPClient(&http.Client{Transport: tokenTransport{w.token}}))
 	doomed, err := onOrigin.CreateSandbox(ctx, api.CreateSandboxRequest{Template: "base", Runtime: "runsc"})
 	if err != nil {
 		t.Fatal(err)

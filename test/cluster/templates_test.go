@@ -86,7 +86,7 @@ func TestClusterTemplates(t *testing.T) {
 	}
 	w.waitLive(names...)
 	t.Logf("cluster up in %v", time.Since(began).Round(time.Millisecond))
-	c := client.New(front.url, w.key)
+	c := client.New(front.URL, w.key)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -257,8 +257,8 @@ func TestClusterTemplates(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := procs[n]
-	_ = old.cmd.Process.Signal(syscall.SIGTERM)
-	<-old.exited
+	_ = old.Cmd.Process.Signal(syscall.SIGTERM)
+	<-old.Exited
 	p := startNode(n)
 	w.ready(p)
 	// Its new URL in the catalog, and past the front's second of caching.
@@ -267,7 +267,7 @@ func TestClusterTemplates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(node, func(x cluster.Node) bool { return x.Name == n && x.URL == p.url }) {
+		if slices.ContainsFunc(node, func(x cluster.Node) bool { return x.Name == n && x.URL == p.URL }) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -297,7 +297,7 @@ func TestClusterTemplates(t *testing.T) {
 // fetchLines are p's log lines that say it pulled a template build.
 func fetchLines(t *testing.T, p *proc) []string {
 	t.Helper()
-	b, err := os.ReadFile(p.log)
+	b, err := os.ReadFile(p.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,17 +347,17 @@ func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg stri
 	tarball, hash := tarOf("e2b.txt", "e2b-ok")
 
 	var req struct{ TemplateID, BuildID string }
-	call("POST", front.url+"/v3/templates", map[string]any{"name": "e2btpl"}, &req, http.StatusAccepted)
+	call("POST", front.URL+"/v3/templates", map[string]any{"name": "e2btpl"}, &req, http.StatusAccepted)
 	var link struct {
 		Present bool
 		URL     string
 	}
-	call("GET", front.url+"/templates/e2btpl/files/"+hash, nil, &link, http.StatusCreated)
-	if link.Present || !strings.HasPrefix(link.URL, front.url+"/templates/e2btpl/files/"+hash+"?") {
-		t.Fatalf("upload link %+v: want one on the front (%s)", link, front.url)
+	call("GET", front.URL+"/templates/e2btpl/files/"+hash, nil, &link, http.StatusCreated)
+	if link.Present || !strings.HasPrefix(link.URL, front.URL+"/templates/e2btpl/files/"+hash+"?") {
+		t.Fatalf("upload link %+v: want one on the front (%s)", link, front.URL)
 	}
 	call("PUT", link.URL, tarball, nil, http.StatusOK)
-	call("POST", front.url+"/v2/templates/e2btpl/builds/"+req.BuildID, map[string]any{"fromTemplate": "base",
+	call("POST", front.URL+"/v2/templates/e2btpl/builds/"+req.BuildID, map[string]any{"fromTemplate": "base",
 		"steps": []any{map[string]any{"type": "COPY", "args": []string{"e2b.txt", "/opt/e2b.txt"}, "filesHash": hash}}}, nil, http.StatusAccepted)
 	var st struct {
 		Status     string
@@ -365,7 +365,7 @@ func e2bBuild(ctx context.Context, t *testing.T, w *world, front *proc, reg stri
 		Reason     *struct{ Message string }
 	}
 	for deadline := time.Now().Add(time.Minute); ; {
-		call("GET", front.url+"/templates/e2btpl/builds/"+req.BuildID+"/status", nil, &st, http.StatusOK)
+		call("GET", front.URL+"/templates/e2btpl/builds/"+req.BuildID+"/status", nil, &st, http.StatusOK)
 		if st.Status == "ready" || st.Status == "error" {
 			break
 		}

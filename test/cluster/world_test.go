@@ -1,16 +1,11 @@
 package cluster_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,13 +32,7 @@ const (
 )
 
 // proc is one kiln serve of the cluster.
-type proc struct {
-	name, url string
-	cmd       *exec.Cmd
-	log       string
-	exited    chan struct{}
-	key       chan string // the admin key, if it printed one
-}
+type proc = servetest.Proc
 
 // world is the cluster: its catalog URL, token and processes.
 type world struct {
@@ -63,80 +52,29 @@ func (w *world) start(name, role string, dataDir string, env ...string) *proc {
 	if dataDir == "" {
 		dataDir = servetest.DataDir(t)
 	}
-	addr := servetest.FreeAddr(t)
-	p := &proc{name: name, url: "http://" + addr, log: filepath.Join(t.TempDir(), name+".log"),
-		exited: make(chan struct{}), key: make(chan string, 1)}
-	p.cmd = exec.Command(w.kiln, "serve", "--listen", addr, "--data-dir", dataDir)
-	p.cmd.Env = append(os.Environ(), "KILN_ROLE="+role, "KILN_STORE="+w.pg, "KILN_CLUSTER_TOKEN="+w.token,
-		"KILN_NODE_NAME="+name, "KILN_RUNTIME=runc", "KILN_NETWORK=off",
-		"KILN_HEARTBEAT_INTERVAL="+heartbeat.String(), fmt.Sprintf("KILN_NODE_LOST_AFTER=%d", lostAfter))
-	p.cmd.Env = append(p.cmd.Env, env...)
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stderr = logf
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				p.key <- m[1]
-			}
-		}
-		_ = p.cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
+	p := servetest.StartProc(t, w.kiln, name, dataDir, servetest.FreeAddr(t), append([]string{
+		"KILN_ROLE=" + role, "KILN_STORE=" + w.pg, "KILN_CLUSTER_TOKEN=" + w.token,
+		"KILN_NODE_NAME=" + name, "KILN_RUNTIME=runc", "KILN_NETWORK=off",
+		"KILN_HEARTBEAT_INTERVAL=" + heartbeat.String(), fmt.Sprintf("KILN_NODE_LOST_AFTER=%d", lostAfter)}, env...))
 	w.mu.Lock()
 	w.procs = append(w.procs, p)
 	w.mu.Unlock()
 	return p
 }
 
-var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
-
 // ready waits until p answers /healthz (with the token: nodes demand it).
 func (w *world) ready(p *proc) {
-	t := w.t
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		req, _ := http.NewRequest("GET", p.url+"/healthz", nil)
-		req.Header.Set(cluster.TokenHeader, w.token)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case <-p.exited:
-			logs, _ := os.ReadFile(p.log)
-			t.Fatalf("%s exited:\n%s", p.name, logs)
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(p.log)
-			t.Fatalf("%s did not come up: %v\n%s", p.name, err, logs)
-		}
-	}
+	w.t.Helper()
+	p.Ready(w.t, w.token)
 }
 
 // kill9 kills p at once, as a crash would.
 func (w *world) kill9(p *proc) {
 	w.t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		w.t.Fatal(err)
 	}
-	<-p.exited
+	<-p.Exited
 }
 
 // killLeft kills, through each running node directly, the sandboxes the
@@ -147,28 +85,28 @@ func (w *world) killLeft(key string) {
 	defer cancel()
 	for _, p := range w.procs {
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 			continue
 		default:
 		}
-		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.name,
+		recs, _, err := w.catalog.ListSandboxes(ctx, sandbox.Filter{Node: p.Name,
 			States: []sandbox.State{sandbox.StateCreating, sandbox.StateRunning, sandbox.StatePaused}, Limit: 1000})
 		if err != nil {
-			w.t.Errorf("listing %s's sandboxes: %v", p.name, err)
+			w.t.Errorf("listing %s's sandboxes: %v", p.Name, err)
 			continue
 		}
 		for _, sb := range recs {
-			req, _ := http.NewRequestWithContext(ctx, "DELETE", p.url+"/v1/sandboxes/"+sb.ID.String(), nil)
+			req, _ := http.NewRequestWithContext(ctx, "DELETE", p.URL+"/v1/sandboxes/"+sb.ID.String(), nil)
 			req.Header.Set(cluster.TokenHeader, w.token)
 			req.Header.Set("Authorization", "Bearer "+key)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
-				w.t.Errorf("killing %s on %s: %v", sb.ID, p.name, err)
+				w.t.Errorf("killing %s on %s: %v", sb.ID, p.Name, err)
 				continue
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusNoContent {
-				w.t.Errorf("killing %s on %s: status %d", sb.ID, p.name, resp.StatusCode)
+				w.t.Errorf("killing %s on %s: status %d", sb.ID, p.Name, resp.StatusCode)
 			}
 		}
 	}
@@ -220,17 +158,7 @@ func newWorldOn(t testing.TB, pg string) *world {
 		defer w.mu.Unlock()
 		w.killLeft(w.key)
 		for _, p := range w.procs {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(20 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.exited
-			}
-			if t.Failed() {
-				logs, _ := os.ReadFile(p.log)
-				t.Logf("%s log (warnings and errors):\n%s", p.name, servetest.GrepErrors(logs))
-			}
+			p.Stop(t)
 		}
 	})
 	return w
@@ -243,7 +171,7 @@ func (w *world) firstFront(name string, env ...string) *proc {
 	p := w.start(name, config.RoleFront, "", env...)
 	w.ready(p)
 	select {
-	case w.key = <-p.key:
+	case w.key = <-p.Key:
 	case <-time.After(10 * time.Second):
 		w.t.Fatalf("%s printed no admin key", name)
 	}
