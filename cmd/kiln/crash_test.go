@@ -242,8 +242,12 @@ func TestServeSurvivesKill9(t *testing.T) {
 		}
 	}
 	for _, rt := range []string{"runsc", "runc"} {
-		out, _ := exec.Command(map[string]string{"runsc": config.Default().RunscPath, "runc": "runc"}[rt],
-			"--root", filepath.Join("/run/kiln", rt), "list", "-q").Output()
+		// --quiet: runsc's flags have no -q (runc's have both).
+		out, err := exec.Command(map[string]string{"runsc": config.Default().RunscPath, "runc": "runc"}[rt],
+			"--root", filepath.Join("/run/kiln", rt), "list", "--quiet").Output()
+		if err != nil {
+			t.Errorf("listing %s containers: %v", rt, err)
+		}
 		for _, id := range strings.Fields(string(out)) {
 			if _, err := c.GetSandbox(ctx, id); err == nil && !live[id] {
 				t.Errorf("leaked %s container %s", rt, id)
