@@ -57,7 +57,9 @@ const desktopSetup = "ln -s /usr/share/novnc /opt/noVNC && ln -s vnc.html /usr/s
 // instead of starting a second X server (which would fail) and a second
 // session (which would put a second panel and desktop on the screen). A
 // create that asks for another screen (resolution, dpi) replaces the warm
-// one, so it gets what it asked for, as on a cold start.
+// one, so it gets what it asked for, as on a cold start; the SDK runs Xvfb
+// in the background, so its checks after (xdpyinfo, startxfce4) wait for
+// that replacement first.
 const (
 	// desktopStart is the warm step's start command.
 	desktopStart = `#!/bin/sh
@@ -77,33 +79,74 @@ pgrep -x xfce4-session >/dev/null && pgrep -x xfwm4 >/dev/null && pgrep -x xfdes
 	xdotool search --onlyvisible --class xfce4-panel >/dev/null &&
 	xdotool search --onlyvisible --class xfdesktop >/dev/null && sleep 1
 `
+	// desktopLib is what the wrappers share.
+	desktopLib = `# Kiln's desktop template: sourced by its Xvfb, xdpyinfo and startxfce4.
+uid=$(id -u)
+# tries N CMD...: CMD, every 0.1 s until it succeeds, at most N times.
+tries() {
+	n=$1; shift
+	until "$@"; do
+		n=$((n - 1)); [ "$n" -gt 0 ] || return 1
+		sleep 0.1
+	done
+}
+# gone PID...: each has exited (a zombie has).
+gone() {
+	for p; do
+		case $(ps -o stat= -p "$p") in "" | Z*) ;; *) return 1 ;; esac
+	done
+}
+# on DISPLAY NAME: this user's live processes NAME whose DISPLAY is DISPLAY.
+on() {
+	for p in $(pgrep -u "$uid" -x "$2"); do
+		if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DISPLAY=$1" && ! gone "$p"; then echo "$p"; fi
+	done
+}
+# settled: no Xvfb command of this user is still deciding (its shell has
+# not yet exec'd the X server, the wrapper is replacing one).
+settled() { ! pgrep -u "$uid" -f '^(/usr)?/bin/(ba|da)?sh( -[a-z]+)* (/usr/local/bin/)?Xvfb [^;&|]*$' >/dev/null; }
+`
 	// desktopXvfb is /usr/local/bin/Xvfb.
 	desktopXvfb = `#!/bin/sh
 # Kiln's desktop template: an X server with exactly these arguments that
 # is running already (the warm snapshot's) is taken as started; another on
-# the same display is replaced, with its session.
-want="$*"
-for pid in $(pgrep -u "$(id -u)" -x Xvfb); do
+# the same display is replaced, and its session ended, before this execs
+# the new server.
+. /usr/local/lib/kiln-desktop/lib.sh
+want="$*" olds=
+for pid in $(pgrep -u "$uid" -x Xvfb); do
 	have=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -d' ' -f2-)
 	case "$have" in
 	"$want ") exit 0 ;;
-	"$1 "*)
-		for s in $(pgrep -u "$(id -u)" -x xfce4-session); do
-			if tr '\0' '\n' <"/proc/$s/environ" 2>/dev/null | grep -qx "DISPLAY=$1"; then kill "$s"; fi
-		done
-		kill "$pid"
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done ;;
+	"$1 "*) olds=$pid ;;
 	esac
 done
+if [ -n "$olds" ]; then
+	for name in xfce4-session xfwm4 xfdesktop xfce4-panel; do olds="$olds $(on "$1" "$name")"; done
+	kill $olds 2>/dev/null
+	kill -9 $(on "$1" dbus-launch) 2>/dev/null # the session's bus: it ignores SIGTERM
+	tries 50 gone $olds || kill -9 $olds 2>/dev/null
+	tries 20 gone $olds
+fi
 exec /usr/bin/Xvfb "$@"
+`
+	// desktopXdpyinfo is /usr/local/bin/xdpyinfo: the SDK's check that its
+	// Xvfb is up, which the SDK runs while that Xvfb command runs in the
+	// background, waits for that command to settle, so that it cannot
+	// see the warm X server that command is replacing (nor can what the
+	// SDK runs next: startxfce4, its wait for the session's processes).
+	desktopXdpyinfo = `#!/bin/sh
+. /usr/local/lib/kiln-desktop/lib.sh
+tries 150 settled
+exec /usr/bin/xdpyinfo "$@"
 `
 	// desktopStartxfce4 is /usr/local/bin/startxfce4.
 	desktopStartxfce4 = `#!/bin/sh
 # Kiln's desktop template: a session of this user on this display is
 # running already (the warm snapshot's): nothing to start.
-for s in $(pgrep -u "$(id -u)" -x xfce4-session); do
-	if tr '\0' '\n' <"/proc/$s/environ" 2>/dev/null | grep -qx "DISPLAY=$DISPLAY"; then exit 0; fi
-done
+. /usr/local/lib/kiln-desktop/lib.sh
+tries 150 settled
+[ -n "$(on "$DISPLAY" xfce4-session)" ] && exit 0
 exec /usr/bin/startxfce4 "$@"
 `
 )
@@ -136,7 +179,9 @@ func Desktop() *Recipe {
 			[3]string{"/etc/firefox/policies/policies.json", "0644", firefoxPolicies},
 			[3]string{"/usr/local/lib/kiln-desktop/start", "0755", desktopStart},
 			[3]string{"/usr/local/lib/kiln-desktop/ready", "0755", desktopReady},
+			[3]string{"/usr/local/lib/kiln-desktop/lib.sh", "0644", desktopLib},
 			[3]string{"/usr/local/bin/Xvfb", "0755", desktopXvfb},
+			[3]string{"/usr/local/bin/xdpyinfo", "0755", desktopXdpyinfo},
 			[3]string{"/usr/local/bin/startxfce4", "0755", desktopStartxfce4})),
 	}, asUser...)
 	r.Spec.CPUs, r.Spec.MemoryMB, r.Spec.DiskMB = 2, 2048, 4096
