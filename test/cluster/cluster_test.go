@@ -723,9 +723,7 @@ func TestCluster(t *testing.T) {
 		if err != nil || len(recs) == 0 {
 			t.Fatalf("running sandboxes of %s: %v, %v", frozen.Name, recs, err)
 		}
-		if err := frozen.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		w.freeze(frozen)
 		stopped := true
 		defer func() {
 			if stopped {

@@ -71,9 +71,7 @@ func TestFrozenNode(t *testing.T) {
 		long <- err
 	}()
 
-	if err := nodeA.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	w.freeze(nodeA)
 	frozenAt := time.Now()
 	stopped := true
 	defer func() {

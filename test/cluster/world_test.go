@@ -1,11 +1,14 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -75,6 +78,38 @@ func (w *world) kill9(p *proc) {
 		w.t.Fatal(err)
 	}
 	<-p.Exited
+}
+
+// freeze stops p with SIGSTOP and returns once every thread of it is
+// stopped: the kernel stops a process only when one of its threads next
+// runs, and until the others see the stop they go on answering, for tens
+// of milliseconds on a loaded machine.
+func (w *world) freeze(p *proc) {
+	w.t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		w.t.Fatal(err)
+	}
+	pid := strconv.Itoa(p.Cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir("/proc/" + pid + "/task")
+		if err != nil {
+			w.t.Fatalf("threads of %s: %v", p.Name, err)
+		}
+		running := 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile("/proc/" + pid + "/task/" + task.Name() + "/stat")
+			// The state follows the command name, which ends with ") ".
+			if i := bytes.LastIndex(stat, []byte(") ")); err == nil && (i < 0 || i+2 >= len(stat) || stat[i+2] != 'T') {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%s: %d of its %d threads not stopped 10 s after SIGSTOP", p.Name, running, len(tasks))
+		}
+	}
 }
 
 // killLeft kills, through each running node directly, the sandboxes the
