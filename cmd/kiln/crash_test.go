@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,55 +21,13 @@ import (
 	"github.com/kiln-sh/kiln/internal/template"
 )
 
-var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
-
 // startServe starts `kiln serve` on dataDir, its sandbox networking in
-// t's test world (the same on a restart), and waits until it answers. On
-// the first start it returns the admin key it prints.
-func startServe(t *testing.T, kiln, dataDir, addr string) (*exec.Cmd, string) {
+// t's test world (the same on a restart), and waits until it answers.
+func startServe(t *testing.T, kiln, dataDir, addr string) *servetest.Proc {
 	t.Helper()
-	cmd := exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
-	cmd.Env = append(os.Environ(), servetest.NetEnv(t)...)
-	stdout, _ := cmd.StdoutPipe()
-	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
-	cmd.Stderr = logf
-	t.Cleanup(func() {
-		if t.Failed() {
-			logs, _ := os.ReadFile(logf.Name())
-			t.Logf("kiln serve log:\n%s", servetest.GrepErrors(logs))
-		}
-	})
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	keyc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				keyc <- m[1]
-			}
-		}
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(logf.Name())
-			t.Fatalf("kiln serve did not come up: %v\n%s", err, logs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	select {
-	case k := <-keyc:
-		return cmd, k
-	case <-time.After(500 * time.Millisecond):
-		return cmd, ""
-	}
+	p := servetest.StartProc(t, kiln, "kiln serve", dataDir, addr, servetest.NetEnv(t))
+	p.Ready(t, "")
+	return p
 }
 
 // requireTemplate needs root and the built-in template name (make setup);
@@ -93,10 +48,8 @@ func TestServeSurvivesKill9(t *testing.T) {
 	kiln := buildKiln(t)
 	dataDir := servetest.DataDir(t)
 	addr := servetest.FreeAddr(t)
-	srv, key := startServe(t, kiln, dataDir, addr)
-	if key == "" {
-		t.Fatal("first start printed no admin key")
-	}
+	srv := startServe(t, kiln, dataDir, addr)
+	key := srv.AdminKey(t)
 	c := client.New("http://"+addr, key)
 	ctx := context.Background()
 
@@ -149,17 +102,14 @@ func TestServeSurvivesKill9(t *testing.T) {
 		})
 	}
 	time.Sleep(1500 * time.Millisecond)
-	srv.Process.Signal(syscall.SIGKILL)
-	srv.Wait()
+	srv.Cmd.Process.Signal(syscall.SIGKILL)
+	srv.Stop(t)
 	cancel()
 	wg.Wait()
 	t.Logf("killed the server with %d sandboxes and %d uploads acknowledged during the chaos", len(acked), len(ackedFiles))
 
-	srv, _ = startServe(t, kiln, dataDir, addr)
-	defer func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-	}()
+	srv = startServe(t, kiln, dataDir, addr)
+	defer srv.Stop(t)
 
 	live := map[string]bool{}
 	for _, k := range keep {

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,14 +36,9 @@ func TestLLMTools(t *testing.T) {
 	kiln := buildKiln(t)
 	dataDir := servetest.DataDir(t)
 	addr := servetest.FreeAddr(t)
-	srv, key := startServe(t, kiln, dataDir, addr)
-	defer func() {
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
-	}()
-	if key == "" {
-		t.Fatal("first start printed no admin key")
-	}
+	srv := startServe(t, kiln, dataDir, addr)
+	defer func() { srv.Stop(t) }()
+	key := srv.AdminKey(t)
 	url := "http://" + addr
 	c := client.New(url, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -201,10 +195,9 @@ func TestLLMTools(t *testing.T) {
 		defer cs.Close()
 		id := sessionSandbox(t, ctx, cs, c)
 		start := time.Now()
-		srv.Process.Signal(syscall.SIGTERM)
-		srv.Wait()
+		srv.Stop(t)
 		t.Logf("kiln serve stopped %v after SIGTERM", time.Since(start).Round(time.Millisecond))
-		srv, _ = startServe(t, kiln, dataDir, addr)
+		srv = startServe(t, kiln, dataDir, addr)
 		waitKilled(t, ctx, c, id)
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +24,9 @@ import (
 	"github.com/kiln-sh/kiln/internal/config"
 	"github.com/kiln-sh/kiln/internal/servetest"
 )
+
+// keyRE finds the admin key kiln serve prints on its first start.
+var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
 
 // serveKey starts `kiln serve args...` with env added to this process's
 // (its sandbox networking in t's test world unless env names a host

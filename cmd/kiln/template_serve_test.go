@@ -23,14 +23,9 @@ func TestTemplateCLI(t *testing.T) {
 	kiln := buildKiln(t)
 	dataDir := servetest.DataDir(t)
 	addr := servetest.FreeAddr(t)
-	srv, key := startServe(t, kiln, dataDir, addr)
-	t.Cleanup(func() {
-		_ = srv.Process.Signal(os.Interrupt)
-		_ = srv.Wait()
-	})
-	if key == "" {
-		t.Fatal("kiln serve printed no admin key")
-	}
+	srv := startServe(t, kiln, dataDir, addr)
+	t.Cleanup(func() { srv.Stop(t) })
+	key := srv.AdminKey(t)
 	run := func(args ...string) (stdout, stderr string, code int) {
 		t.Helper()
 		cmd := exec.Command(kiln, args...)
