@@ -61,8 +61,8 @@ func TestScreenshotErrors(t *testing.T) {
 // TestScreenshotHostile replaces scrot in a sandbox with programs that
 // answer what a hostile sandbox could: too much, no PNG, a PNG of an
 // absurd size, binary noise on stderr, the X server's refusal. Each is a
-// classed error with a bounded message; the sandbox and server go on.
-// (A scrot that never ends is cut at 20 s, not waited for here.)
+// classed error with a bounded message; a scrot that never ends is cut
+// at 20 s (504) and killed; the sandbox and server go on.
 func TestScreenshotHostile(t *testing.T) {
 	h := newHarness(t, true, harnessOpts{})
 	sb := h.create(h.a, api.CreateSandboxRequest{})
@@ -82,6 +82,7 @@ sys.stdout.buffer.write(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" +
 		{"absurd size", "python3 -c '" + wide + "'", http.StatusConflict, "scrot wrote no PNG"},
 		{"noise", "head -c 100000 /dev/urandom >&2; exit 3", http.StatusConflict, "scrot exited with code 3"},
 		{"no display", `echo "scrot: Can't open X display. It *is* running, yeah?" >&2; exit 1`, http.StatusConflict, "no X server on display :0"},
+		{"never ends", "exec sleep 1234", http.StatusGatewayTimeout, "scrot did not finish in 20s"},
 	} {
 		h.run(h.a, sb.ID, "cat > /usr/local/bin/scrot <<'EOF'\n#!/bin/sh\n"+tc.script+"\nEOF\nchmod 755 /usr/local/bin/scrot", "root")
 		var e api.Error
@@ -89,6 +90,9 @@ sys.stdout.buffer.write(b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" +
 		if !strings.Contains(e.Message, tc.want) || len(e.Message) > 600 {
 			t.Errorf("%s: %d bytes: %.200q, want %q", tc.name, len(e.Message), e.Message, tc.want)
 		}
+	}
+	if out := h.mustRun(h.a, sb.ID, "pgrep -x sleep || echo none"); out != "none\n" {
+		t.Errorf("the scrot that never ended still runs: %q", out)
 	}
 	if out := h.mustRun(h.a, sb.ID, "echo alive"); out != "alive\n" {
 		t.Errorf("the sandbox after: %q", out)
