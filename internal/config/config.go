@@ -37,7 +37,8 @@ type Config struct {
 	// no application memory), so that its resume restores into it and
 	// skips their spawn; it costs each paused sandbox those processes
 	// (KILN_RESUME_READY=1; default off: a paused sandbox holds nothing).
-	ResumeReady bool
+	ResumeReady    bool
+	resumeReadyErr error // a malformed KILN_RESUME_READY, for Validate
 
 	Limits   Limits
 	Server   Server
@@ -223,9 +224,12 @@ func FromEnv() Config {
 		c.RunscExtraFlags = strings.Fields(v)
 	}
 	str(&c.AgentPath, "KILN_AGENT")
-	switch os.Getenv("KILN_RESUME_READY") {
-	case "1", "true", "on":
+	switch v := os.Getenv("KILN_RESUME_READY"); strings.ToLower(strings.TrimSpace(v)) {
+	case "1", "true", "yes", "on":
 		c.ResumeReady = true
+	case "", "0", "false", "no", "off":
+	default:
+		c.resumeReadyErr = fmt.Errorf("KILN_RESUME_READY=%q: want 1 or 0 (true/false, yes/no, on/off)", v)
 	}
 	str(&c.Mirror, "KILN_MIRROR")
 	str(&c.Server.Listen, "KILN_LISTEN")
@@ -353,6 +357,9 @@ func (c *Config) Validate() error {
 	}
 	if l.MaxSnapshots < 0 || l.MaxSnapshotBytes < 0 {
 		errs = append(errs, errors.New("snapshot limits (KILN_MAX_SNAPSHOTS, KILN_MAX_SNAPSHOT_BYTES) must be a count and a size such as 50G, or 0 for unlimited"))
+	}
+	if c.resumeReadyErr != nil {
+		errs = append(errs, c.resumeReadyErr)
 	}
 	if c.Liveness.Interval < 0 || (c.Liveness.Interval > 0 && c.Liveness.Interval < 100*time.Millisecond) {
 		errs = append(errs, errors.New("agent ping interval (KILN_AGENT_PING_INTERVAL) must be a duration of at least 100ms, or 0 for no ping"))
