@@ -70,8 +70,8 @@ func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 		}
 	})
 	pwg.Wait()
-	if err == nil && early {
-		err = errors.Join(perrs...)
+	if i := firstErr(perrs); err == nil && early && perrs[i] != nil {
+		err = fmt.Errorf("forking sandbox %s: %w", id, perrs[i])
 	}
 	if err != nil || !early {
 		// Not used: a failure, or a layer that changed under the
@@ -86,9 +86,6 @@ func (im *Images) Fork(ctx context.Context, id ID, count int, q Quota) (_ []Sand
 			im.log.Error("unwinding prepared forks", "sandbox_id", id, "err", uerr)
 		}
 		if err != nil {
-			if early {
-				err = fmt.Errorf("forking sandbox %s: %w", id, perrs[firstErr(perrs)])
-			}
 			return nil, err
 		}
 	}
