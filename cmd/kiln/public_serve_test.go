@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -11,9 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -25,50 +22,18 @@ import (
 	"github.com/kiln-sh/kiln/internal/servetest"
 )
 
-// keyRE finds the admin key kiln serve prints on its first start.
-var keyRE = regexp.MustCompile(`export KILN_API_KEY=(e2b_[0-9a-f]{40})`)
-
 // serveKey starts `kiln serve args...` with env added to this process's
 // (its sandbox networking in t's test world unless env names a host
 // namespace), stops it when the test ends (logging its log if the test
 // failed), and returns the admin key it prints on its first start.
 func serveKey(t *testing.T, kiln string, env []string, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(kiln, append([]string{"serve"}, args...)...)
 	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KILN_NETWORK_HOST_NS=") }) {
 		env = append(servetest.NetEnv(t), env...)
 	}
-	cmd.Env = append(os.Environ(), env...)
-	stdout, _ := cmd.StdoutPipe()
-	logf, _ := os.Create(filepath.Join(t.TempDir(), "serve.log"))
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		if t.Failed() {
-			logs, _ := os.ReadFile(logf.Name())
-			t.Logf("kiln serve log:\n%s", tail(string(logs)))
-		}
-	})
-	keyc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := keyRE.FindStringSubmatch(sc.Text()); m != nil {
-				keyc <- m[1]
-			}
-		}
-	}()
-	select {
-	case key := <-keyc:
-		return key
-	case <-time.After(60 * time.Second):
-		t.Fatal("kiln serve printed no admin key")
-	}
-	return ""
+	p := servetest.StartArgs(t, kiln, "kiln serve", env, args...)
+	t.Cleanup(func() { p.Stop(t) })
+	return p.AdminKey(t)
 }
 
 func TestPublicListenerBadCert(t *testing.T) {

@@ -241,9 +241,18 @@ type Proc struct {
 // process's environment; name names it in failures.
 func StartProc(t testing.TB, kiln, name, dataDir, addr string, env []string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, URL: "http://" + addr, Log: filepath.Join(t.TempDir(), "serve.log"),
+	p := StartArgs(t, kiln, name, env, "--listen", addr, "--data-dir", dataDir)
+	p.URL = "http://" + addr
+	return p
+}
+
+// StartArgs starts kiln serve with args and env added to this process's
+// environment; name names it in failures. Its URL is the caller's to set.
+func StartArgs(t testing.TB, kiln, name string, env []string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Name: name, Log: filepath.Join(t.TempDir(), "serve.log"),
 		Exited: make(chan struct{}), Key: make(chan string, 1)}
-	p.Cmd = exec.Command(kiln, "serve", "--listen", addr, "--data-dir", dataDir)
+	p.Cmd = exec.Command(kiln, append([]string{"serve"}, args...)...)
 	p.Cmd.Env = append(os.Environ(), env...)
 	stdout, err := p.Cmd.StdoutPipe()
 	if err != nil {
@@ -308,7 +317,7 @@ func (p *Proc) AdminKey(t testing.TB) string {
 	select {
 	case k := <-p.Key:
 		return k
-	case <-time.After(10 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("%s printed no admin key", p.Name)
 		return ""
 	}
